@@ -1,0 +1,155 @@
+"""Cross-field rules a blueprint must obey, each naming the field it is about.
+
+Pure: takes a validated ``Blueprint`` and returns problems as (field path, message, hint).
+The loader turns them into located ``BlueprintProblem``s.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from blueprints.schema import Blueprint
+from tasks.planning.catalog import instance_type
+
+
+class RuleViolation(NamedTuple):
+    path: tuple[str | int, ...]
+    message: str
+    hint: str = ""
+
+
+def gpus_per_node(bp: Blueprint) -> int | None:
+    if bp.topology.gpus_per_node:
+        return bp.topology.gpus_per_node
+    known = instance_type(bp.aws.instance_type)
+    return known.gpus if known else None
+
+
+def check(bp: Blueprint) -> list[RuleViolation]:
+    """Every cross-field rule, in document order; empty when the blueprint is consistent."""
+    out: list[RuleViolation] = []
+    for rule in (_aws_rules, _parallelism_rules, _engine_rules, _benchmark_rules):
+        out.extend(rule(bp))
+    return out
+
+
+def _aws_rules(bp: Blueprint) -> list[RuleViolation]:
+    out = []
+    cap = bp.aws.capacity
+    if cap.mode == "existing" and not cap.reservation_id:
+        out.append(RuleViolation(("aws", "capacity", "mode"),
+                                 "mode 'existing' needs the reservation to use",
+                                 "add aws.capacity.reservation_id: cr-..."))
+    if cap.mode != "existing" and cap.reservation_id:
+        out.append(RuleViolation(("aws", "capacity", "reservation_id"),
+                                 f"reservation_id is only used with mode 'existing', not '{cap.mode}'",
+                                 "remove it, or set mode: existing"))
+    if cap.mode in ("odcr", "capacity-block") and not (cap.duration_hours or cap.end_time):
+        out.append(RuleViolation(("aws", "capacity"),
+                                 f"mode '{cap.mode}' needs how long to hold the capacity",
+                                 "set duration_hours (or end_time)"))
+    if cap.mode == "capacity-block" and cap.max_upfront_usd <= 0:
+        out.append(RuleViolation(("aws", "capacity", "max_upfront_usd"),
+                                 "a Capacity Block is paid upfront, and the limit is 0",
+                                 "set max_upfront_usd to the most you will pay for the block"))
+    for zone in bp.aws.availability_zones:
+        if not zone.startswith(bp.aws.region):
+            out.append(RuleViolation(("aws", "availability_zones"),
+                                     f"zone {zone} is not in region {bp.aws.region}",
+                                     f"use zones named {bp.aws.region}a, {bp.aws.region}b, ..."))
+        if zone not in bp.aws.subnets:
+            out.append(RuleViolation(("aws", "subnets"), f"no subnet for zone {zone}",
+                                     f"add '{zone}: subnet-...' under aws.subnets"))
+    known = instance_type(bp.aws.instance_type)
+    if known is None and not (bp.topology.gpus_per_node and bp.topology.gpu_memory_gb
+                              and bp.aws.hourly_price_usd):
+        out.append(RuleViolation(("aws", "instance_type"),
+                                 f"pdlift has no facts for {bp.aws.instance_type}",
+                                 "use p5en.48xlarge, or set topology.gpus_per_node, "
+                                 "topology.gpu_memory_gb and aws.hourly_price_usd"))
+    return out
+
+
+def _parallelism_rules(bp: Blueprint) -> list[RuleViolation]:
+    out: list[RuleViolation] = []
+    gpn = gpus_per_node(bp)
+    if gpn is None:
+        return out
+    p, d = bp.topology.prefill, bp.topology.decode
+    if p.tp > gpn:
+        out.append(RuleViolation(("topology", "prefill", "tp"),
+                                 f"tensor parallel {p.tp} spans nodes ({gpn} GPUs per node)",
+                                 f"keep tp <= {gpn} and use pp across nodes"))
+    if p.tp * p.pp > gpn * p.nodes:
+        out.append(RuleViolation(("topology", "prefill"),
+                                 f"tp x pp = {p.tp * p.pp} GPUs, but {p.nodes} node(s) have {gpn * p.nodes}",
+                                 f"use {-(-p.tp * p.pp // gpn)} prefill nodes or lower tp/pp"))
+    if d.tp > gpn:
+        out.append(RuleViolation(("topology", "decode", "tp"),
+                                 f"tensor parallel {d.tp} spans nodes ({gpn} GPUs per node)",
+                                 f"keep tp <= {gpn}; scale across nodes with dp/ep"))
+    if d.dp * d.tp > gpn * d.nodes:
+        out.append(RuleViolation(("topology", "decode"),
+                                 f"dp x tp = {d.dp * d.tp} GPUs, but {d.nodes} node(s) have {gpn * d.nodes}",
+                                 f"use {-(-d.dp * d.tp // gpn)} decode nodes or lower dp/tp"))
+    if d.ep > 1 and d.ep > d.dp * d.tp:
+        out.append(RuleViolation(("topology", "decode", "ep"),
+                                 f"ep {d.ep} exceeds the decode ranks (dp x tp = {d.dp * d.tp})",
+                                 "set ep to dp x tp"))
+    if d.ep > 1 and (bp.model.experts == 0 or bp.model.experts % d.ep):
+        out.append(RuleViolation(("topology", "decode", "ep"),
+                                 f"ep {d.ep} does not divide the model's {bp.model.experts} experts",
+                                 "pick an ep that divides model.experts"))
+    if bp.model.attention.kind == "gqa" and d.tp < p.tp:
+        out.append(RuleViolation(("topology", "decode", "tp"),
+                                 f"decode tp {d.tp} < prefill tp {p.tp}: non-MLA KV layouts cannot be "
+                                 "re-sharded that way (llm-d: P TP > D TP asserts)",
+                                 f"set decode tp >= {p.tp}"))
+    return out
+
+
+def _engine_rules(bp: Blueprint) -> list[RuleViolation]:
+    out = []
+    e, kv, p, d = bp.engine, bp.kv_transfer, bp.topology.prefill, bp.topology.decode
+    if e.name == "vllm" and kv.connector == "nixl" and kv.nixl_mode == "pull" and p.pp > 1:
+        out.append(RuleViolation(("kv_transfer", "nixl_mode"),
+                                 "vLLM's pull NixlConnector rejects prefill pp > 1 (vllm#52913)",
+                                 "use nixl_mode: push (NixlPushConnector) or connector: mooncake"))
+    known = instance_type(bp.aws.instance_type)
+    uses_efa = known is not None and known.efa_devices > 0
+    if uses_efa and d.ep > 1 and e.all2all_backend.startswith("deepep"):
+        out.append(RuleViolation(("engine", "all2all_backend"),
+                                 f"{e.all2all_backend} needs InfiniBand GPUDirect Async (IBGDA), which "
+                                 "EFA lacks; decode EP would hang or fall back",
+                                 "use all2all_backend: uccl_ep (UCCL-EP, a DeepEP drop-in for EFA)"))
+    ports = {"prefill_port": e.prefill_port, "decode_port": e.decode_port,
+             "router_port": e.router_port, "bootstrap_port": e.bootstrap_port}
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port in seen:
+            out.append(RuleViolation(("engine", name), f"port {port} is also {seen[port]}",
+                                     "give prefill, decode, router and bootstrap distinct ports"))
+        seen.setdefault(port, name)
+    return out
+
+
+def _benchmark_rules(bp: Blueprint) -> list[RuleViolation]:
+    out = []
+    names = {s.name for s in bp.benchmark.scenarios}
+    for i, s in enumerate(bp.benchmark.scenarios):
+        if s.input_tokens + s.output_tokens > bp.model.max_context:
+            out.append(RuleViolation(("benchmark", "scenarios", i, "input_tokens"),
+                                     f"{s.input_tokens} + {s.output_tokens} tokens exceed the model's "
+                                     f"context of {bp.model.max_context}",
+                                     "shorten the scenario or raise model.max_context"))
+    for name in bp.baseline.scenarios:
+        if name not in names:
+            out.append(RuleViolation(("baseline", "scenarios", name),
+                                     f"baseline for unknown scenario '{name}'",
+                                     f"name one of: {', '.join(sorted(names))}"))
+    for i, r in enumerate(bp.gate.rules):
+        if not r.report_only and r.max_ratio is None and r.min_ratio is None:
+            out.append(RuleViolation(("gate", "rules", i),
+                                     f"rule for {r.metric} has no bound",
+                                     "set max_ratio (latency) or min_ratio (throughput), or report_only: true"))
+    return out

@@ -1,0 +1,320 @@
+"""The blueprint: everything a migration needs to know, as one frozen, validated model.
+
+A blueprint is YAML loaded with ``yaml.safe_load`` (see ``blueprints.loader``) into these
+models. Every model forbids unknown keys, so a typo is an error with a hint, not a silently
+ignored setting. Cross-field rules (parallelism fits the fleet, supported engine and
+connector combinations) live in ``blueprints.rules`` so each can name the field it concerns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")]
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
+
+
+# --- model ---------------------------------------------------------------------------
+
+
+class MlaAttention(Frozen):
+    """Multi-head latent attention: the cache holds the compressed latent plus the rope key."""
+
+    kind: Literal["mla"]
+    layers: PositiveInt
+    kv_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    # DeepSeek Sparse Attention keeps an indexer key per token and layer (vLLM, SGLang cache it).
+    indexer_head_dim: Annotated[int, Field(ge=0)] = 0
+
+
+class GqaAttention(Frozen):
+    """Grouped-query attention: the cache holds full K and V for each KV head."""
+
+    kind: Literal["gqa"]
+    layers: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+
+
+Attention = Annotated[Union[MlaAttention, GqaAttention], Field(discriminator="kind")]
+
+DType = Literal["fp8", "bf16", "fp16", "fp32", "int4"]
+
+
+class ModelSpec(Frozen):
+    name: str = Field(min_length=1)
+    revision: str = "main"
+    total_params_b: PositiveFloat = Field(description="Total parameters, in billions.")
+    active_params_b: PositiveFloat = Field(description="Parameters active per token, in billions.")
+    dtype: DType
+    weights_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
+    experts: Annotated[int, Field(ge=0)] = 0
+    max_context: PositiveInt
+    attention: Attention
+    source: str = Field(min_length=1, description="Where the numbers above come from.")
+
+    @model_validator(mode="after")
+    def _active_within_total(self) -> "ModelSpec":
+        if self.active_params_b > self.total_params_b:
+            raise ValueError("active_params_b cannot exceed total_params_b")
+        return self
+
+
+# --- AWS -----------------------------------------------------------------------------
+
+
+class CapacitySpec(Frozen):
+    mode: Literal["existing", "odcr", "capacity-block"]
+    reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    duration_hours: PositiveInt | None = None
+    end_time: dt.datetime | None = None
+    max_hourly_usd: PositiveFloat
+    max_upfront_usd: Annotated[float, Field(ge=0)] = 0.0
+    wait_ready_s: PositiveInt = 900
+
+
+class EksSpec(Frozen):
+    cluster: str = Field(min_length=1)
+    service_cidr: str = "10.100.0.0/16"
+    node_instance_profile: str = ""
+    ami_ssm_parameter: str = (
+        "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+    )
+    join_timeout_s: PositiveInt = 900
+
+
+class SshSpec(Frozen):
+    user: str = Field(min_length=1)
+    key_pair: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    known_hosts: str | None = None
+    bastion: str | None = Field(default=None, description="user@host[:port] for ProxyJump.")
+    connect_timeout_s: PositiveFloat = 10.0
+    max_parallel: PositiveInt = 32
+
+
+class AwsSpec(Frozen):
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    availability_zones: list[str] = Field(min_length=1)
+    instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    capacity: CapacitySpec
+    subnets: dict[str, str] = Field(description="Subnet id per availability zone.")
+    security_group: str = Field(min_length=1)
+    eks: EksSpec
+    ssh: SshSpec
+    hourly_price_usd: PositiveFloat | None = Field(
+        default=None, description="Overrides the built-in price table for this instance type."
+    )
+    ttl_hours: PositiveInt = 72
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _unique_zones(cls, zones: list[str]) -> list[str]:
+        if len(set(zones)) != len(zones):
+            raise ValueError("availability zones must not repeat")
+        return zones
+
+
+# --- topology, engine, KV transfer -----------------------------------------------------
+
+
+class PrefillSpec(Frozen):
+    nodes: PositiveInt
+    tp: PositiveInt
+    pp: PositiveInt = 1
+
+
+class DecodeSpec(Frozen):
+    nodes: PositiveInt
+    dp: PositiveInt = 1
+    ep: PositiveInt = 1
+    tp: PositiveInt = 1
+
+
+class TopologySpec(Frozen):
+    gpus_per_node: PositiveInt | None = Field(
+        default=None, description="Defaults to the instance type's GPU count."
+    )
+    gpu_memory_gb: PositiveFloat | None = Field(
+        default=None, description="Defaults to the instance type's GPU memory."
+    )
+    prefill: PrefillSpec
+    decode: DecodeSpec
+
+
+class EngineSpec(Frozen):
+    name: Literal["vllm", "sglang"]
+    image: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    kv_cache_dtype: Literal["auto", "fp8", "bf16", "fp16"] = "auto"
+    block_size: PositiveInt = 64
+    gpu_memory_utilization: Fraction = 0.90
+    all2all_backend: Literal[
+        "uccl_ep", "deepep_low_latency", "deepep_high_throughput", "deepep", "naive", "allgather_reducescatter"
+    ] = "uccl_ep"
+    prefill_port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    decode_port: Annotated[int, Field(ge=1, le=65535)] = 8200
+    router_port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    bootstrap_port: Annotated[int, Field(ge=1, le=65535)] = 8998
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class KvTransferSpec(Frozen):
+    connector: Literal["mooncake", "nixl"]
+    protocol: Literal["efa", "tcp"] = "efa"
+    nixl_mode: Literal["pull", "push"] = Field(
+        default="push", description="vLLM only: NixlConnector (pull) or NixlPushConnector (push)."
+    )
+    usable_bandwidth_gbps: PositiveFloat = Field(
+        default=2400.0,
+        description="Usable fabric bandwidth per node for KV transfer, Gbit/s (3.2 Tbps line rate).",
+    )
+
+
+# --- validation, staging, benchmark, gate ------------------------------------------------
+
+
+class FabricSpec(Frozen):
+    efa_devices: PositiveInt = 16
+    gpus: PositiveInt = 8
+    single_node_allreduce_busbw_gbs: PositiveFloat = 431.0
+    pair_allreduce_busbw_gbs: PositiveFloat = 300.0
+    pair_alltoall_busbw_gbs: PositiveFloat = 60.0
+    pair_sendrecv_busbw_gbs: PositiveFloat = 40.0
+    judge_size_bytes: PositiveInt = 1 << 30
+    max_pingpong_latency_us: PositiveFloat = 50.0
+    outlier_mad_threshold: PositiveFloat = 3.5
+    test_timeout_s: PositiveInt = 600
+    replace_attempts: Annotated[int, Field(ge=0)] = 2
+
+
+class StagingSpec(Frozen):
+    local_path: str = Field(pattern=r"^/")
+    concurrency: PositiveInt = 64
+    part_size_mb: PositiveInt = 64
+    free_space_margin: Annotated[float, Field(ge=0)] = 0.05
+    max_retries: Annotated[int, Field(ge=0)] = 8
+
+
+class Scenario(Frozen):
+    name: Name
+    input_tokens: PositiveInt
+    output_tokens: PositiveInt
+    concurrencies: list[PositiveInt] = Field(min_length=1)
+    duration_s: PositiveFloat
+    max_requests: PositiveInt = 2000
+    warmup_requests: Annotated[int, Field(ge=0)] = 4
+
+
+class SloSpec(Frozen):
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2e_ms: PositiveFloat | None = None
+
+
+class BaselinePoint(Frozen):
+    concurrency: PositiveInt
+    ttft_ms_mean: PositiveFloat
+    tpot_ms_mean: PositiveFloat
+    ttft_ms_p99: PositiveFloat | None = None
+    tpot_ms_p99: PositiveFloat | None = None
+    output_tokens_per_s: PositiveFloat | None = None
+
+
+class BaselineSpec(Frozen):
+    source: str = Field(min_length=1)
+    scenarios: dict[str, list[BaselinePoint]] = Field(default_factory=dict)
+
+
+Metric = Literal[
+    "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
+    "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
+    "itl_mean", "e2e_mean", "e2e_p99",
+    "output_tokens_per_s", "request_throughput", "goodput", "error_rate",
+]
+
+
+class GateRule(Frozen):
+    metric: Metric
+    max_ratio: PositiveFloat | None = Field(
+        default=None, description="Candidate / baseline must stay at or under this (latencies)."
+    )
+    min_ratio: PositiveFloat | None = Field(
+        default=None, description="Candidate / baseline must stay at or over this (throughputs)."
+    )
+    critical: bool = False
+    report_only: bool = False
+
+
+class GateSpec(Frozen):
+    slo: SloSpec = SloSpec()
+    rules: list[GateRule] = Field(min_length=1)
+    min_samples: PositiveInt = 50
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+
+
+class BenchmarkSpec(Frozen):
+    scenarios: list[Scenario] = Field(min_length=1)
+    repeats: PositiveInt = 3
+    mode: Literal["concurrency", "poisson"] = "concurrency"
+
+    @field_validator("scenarios")
+    @classmethod
+    def _unique_names(cls, scenarios: list[Scenario]) -> list[Scenario]:
+        names = [s.name for s in scenarios]
+        if len(set(names)) != len(names):
+            raise ValueError("scenario names must be unique")
+        return scenarios
+
+
+class PromotionSpec(Frozen):
+    strategy: Literal["blue-green"] = "blue-green"
+    approval_timeout_s: PositiveInt = 3600
+    keep_previous_colour_s: Annotated[int, Field(ge=0)] = 0
+
+
+class SandboxSpec(Frozen):
+    """Only in sandbox blueprints: where the local stand-ins listen."""
+
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 2222
+    node_address_base: str = Field(default="127.0.0.11", pattern=r"^127\.\d+\.\d+\.\d+$")
+    model_size_mb: PositiveInt = 256
+
+
+class Blueprint(Frozen):
+    api_version: Literal["pdlift/v1"] = Field(alias="apiVersion")
+    name: Name = Field(description="Deployment name; tags and namespaces derive from it.")
+    description: str = ""
+    model: ModelSpec
+    aws: AwsSpec
+    topology: TopologySpec
+    engine: EngineSpec
+    kv_transfer: KvTransferSpec
+    fabric: FabricSpec = FabricSpec()
+    staging: StagingSpec
+    benchmark: BenchmarkSpec
+    baseline: BaselineSpec
+    gate: GateSpec
+    promotion: PromotionSpec = PromotionSpec()
+    expected_run_hours: PositiveFloat = Field(
+        default=6.0, description="Expected wall time of one migration run, for the cost plan."
+    )
+    sandbox: SandboxSpec | None = None
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @property
+    def node_count(self) -> int:
+        return self.topology.prefill.nodes + self.topology.decode.nodes
