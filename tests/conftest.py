@@ -1,0 +1,14 @@
+"""Shared test set-up: loopback only, telemetry off, one Prefect test harness per session."""
+
+import os
+
+# Set before anything imports prefect or boto3: no telemetry, no real AWS, no real cluster.
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-2")
+os.environ.pop("AWS_PROFILE", None)
+
+# Fixture plugins; each component adds its module here.
+pytest_plugins: list[str] = []
