@@ -59,6 +59,10 @@ class ModelSpec(Frozen):
     dtype: DType
     weights_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
     experts: Annotated[int, Field(ge=0)] = 0
+    expert_params_b: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="Routed-expert parameters, in billions (sharded by EP); the rest is replicated.",
+    )
     max_context: PositiveInt
     attention: Attention
     source: str = Field(min_length=1, description="Where the numbers above come from.")
@@ -67,6 +71,8 @@ class ModelSpec(Frozen):
     def _active_within_total(self) -> "ModelSpec":
         if self.active_params_b > self.total_params_b:
             raise ValueError("active_params_b cannot exceed total_params_b")
+        if self.expert_params_b is not None and self.expert_params_b > self.total_params_b:
+            raise ValueError("expert_params_b cannot exceed total_params_b")
         return self
 
 

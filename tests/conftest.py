@@ -12,3 +12,15 @@ os.environ.pop("AWS_PROFILE", None)
 
 # Fixture plugins; each component adds its module here.
 pytest_plugins: list[str] = []
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One temporary Prefect API server and database for the whole session (Prefect's advice)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,11 @@
+"""Registry of stage subcommands beyond validate and plan.
+
+Each entry is ``register(subparsers, handlers)``; a stage module adds its commands by appending
+its registrar here, so `cli/main.py` stays a table of contents.
+"""
+
+from __future__ import annotations
+
+from cli import eks_token_cmd, flows_cmd
+
+REGISTRARS = [flows_cmd.register, eks_token_cmd.register]

@@ -1,0 +1,73 @@
+"""The AWS endpoint's configuration: capacity per AZ and instance type, offerings, timings.
+
+Read from a YAML file (safe_load) whose keys all have defaults, for example::
+
+    region: us-east-2
+    capacity:                    # On-Demand pool per AZ and instance type
+      us-east-2a: {p5en.48xlarge: 8}
+      us-east-2b: {p5en.48xlarge: 8}
+    capacity_blocks:             # what DescribeCapacityBlockOfferings can offer
+      - {instance_type: p5en.48xlarge, availability_zone: us-east-2a,
+         max_instance_count: 8, hourly_price: 41.61}
+    reservation_pending_seconds: 1.0   # a new ODCR shows pending this long (still usable)
+    topology_empty_seconds: 0.0        # DescribeInstanceTopology has no NetworkNodes this long
+    topology_pair_size: 2              # instances per layer-3 node, by launch order
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_REGION = "us-east-2"
+DEFAULT_TYPES = {"p5en.48xlarge": 8, "p5.48xlarge": 8, "m5.large": 64, "t3.micro": 64}
+
+
+def _default_capacity() -> dict[str, dict[str, int]]:
+    return {f"{DEFAULT_REGION}{z}": dict(DEFAULT_TYPES) for z in "abc"}
+
+
+def _default_blocks() -> list[dict[str, Any]]:
+    return [
+        {
+            "instance_type": "p5en.48xlarge",
+            "availability_zone": f"{DEFAULT_REGION}{z}",
+            "max_instance_count": 8,
+            # USD per instance-hour; p5en has no public CB price, this is the p5e row.
+            "hourly_price": 43.26,
+        }
+        for z in "ab"
+    ]
+
+
+@dataclass(frozen=True)
+class AwsConfig:
+    region: str = DEFAULT_REGION
+    account_id: str = "123456789012"
+    capacity: dict[str, dict[str, int]] = field(default_factory=_default_capacity)
+    capacity_blocks: list[dict[str, Any]] = field(default_factory=_default_blocks)
+    reservation_pending_seconds: float = 1.0
+    topology_empty_seconds: float = 0.0
+    topology_pair_size: int = 2
+
+    def zones(self) -> list[str]:
+        return sorted(self.capacity)
+
+    def pool_size(self, zone: str, instance_type: str) -> int:
+        return int(self.capacity.get(zone, {}).get(instance_type, 0))
+
+
+def load_config(path: str | Path | None) -> AwsConfig:
+    if path is None:
+        return AwsConfig()
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the sandbox AWS configuration must be a mapping")
+    known = set(AwsConfig.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    return AwsConfig(**data)

@@ -1,0 +1,47 @@
+"""Render a ``Plan`` for people: a terminal table, or markdown for the Prefect artifact."""
+
+from __future__ import annotations
+
+from tasks.planning.plan import Plan
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
+
+
+def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        return out + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def render(plan: Plan, markdown: bool = False) -> str:
+    h = (lambda t: f"### {t}") if markdown else (lambda t: f"{t}\n{'=' * len(t)}")
+    out = [("## " if markdown else "") + f"pdlift plan: {plan.blueprint} ({plan.model})", ""]
+    out += [f"Weights {plan.weights_gb:,.1f} GB; KV cache {plan.kv_bytes_per_token:,.0f} bytes/token; "
+            f"{plan.gpus_per_node} GPUs x {plan.gpu_memory_gb:g} GB per node.", ""]
+    out += [h("Memory fit per GPU"), ""]
+    rows = [[r["role"], str(r["nodes"]), str(r["gpus"]), r["layout"], f"{r['weights_gb_per_gpu']:.1f}",
+             f"{r['usable_gb_per_gpu']:.1f}", f"{r['kv_free_gb_per_gpu']:.1f}",
+             f"{r['kv_token_capacity']:,}", "yes" if r["fits"] else "NO"] for r in plan.roles]
+    out += _table(["role", "nodes", "GPUs", "layout", "weights GB", "usable GB", "KV free GB",
+                   "KV tokens", "fits"], rows, markdown)
+    out += ["", f"(usable = GPU memory x gpu_memory_utilization; {plan.roles[0]['runtime_reserve_gb_per_gpu']:g} GB "
+                "per GPU held back for activations and buffers, an estimate)", ""]
+    out += [h("Scenarios: KV capacity and transfer"), ""]
+    rows = [[s.scenario, f"{s.context_tokens:,}", f"{s.kv_gb_per_request:.2f}", f"{s.kv_transfer_ms:.1f}",
+             str(s.prefill_max_sequences), str(s.decode_max_sequences), str(s.max_target_concurrency)]
+            for s in plan.scenarios]
+    out += _table(["scenario", "context", "KV GB/request", "KV transfer ms", "prefill max seqs",
+                   "decode max seqs", "target concurrency"], rows, markdown)
+    c = plan.cost
+    out += ["", h("Cost"), "",
+            f"{c.nodes} x {c.instance_type} at {_money(c.usd_per_node_hour)}/h each = {_money(c.usd_per_hour)}/h; "
+            f"expected run {c.expected_hours:g} h = {_money(c.usd_per_run)}",
+            f"price: {c.price_source} (as of {c.price_as_of}); capacity: {c.capacity_mode}: {c.note}", ""]
+    out += [h("Will create"), ""] + [f"- {r}" for r in plan.resources] + [""]
+    out += [h("Warnings"), ""] + ([f"- {w}" for w in plan.warnings] or ["- none"])
+    return "\n".join(out) + "\n"
