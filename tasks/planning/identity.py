@@ -1,0 +1,77 @@
+"""Who made a resource: the run identity, its tags, and deterministic idempotency tokens.
+
+Every resource pdlift creates carries the tags below, so discovery, resume, teardown and the leak
+sweep can find it without any local state. Client tokens are a hash of (deployment, run, stage,
+AZ, count): the same request retried gets the same token, and a failover to another AZ gets a new
+one, because EC2 returns the first AZ's result for a reused token when only the AZ differs
+(reference/aws-provisioning.md §1.2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass
+
+TAG_DEPLOYMENT = "pdlift:deployment"
+TAG_RUN = "pdlift:run"
+TAG_STAGE = "pdlift:stage"
+TAG_CREATED = "pdlift:created-at"
+TAG_TTL = "pdlift:ttl"
+TAG_ROLE = "pdlift:role"
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    deployment: str
+    run_id: str
+    created_at: dt.datetime  # fixed when the run starts and recorded in the ledger
+    ttl_hours: int
+
+    @property
+    def prefix(self) -> str:
+        """Base name for named resources (placement group, launch template)."""
+        return f"pdlift-{self.deployment}-{self.run_id}"[:120]
+
+
+def default_run_id(blueprint_json: str) -> str:
+    """A run id derived from the blueprint, so re-running the same blueprint adopts its resources."""
+    return "r" + hashlib.sha256(blueprint_json.encode()).hexdigest()[:10]
+
+
+def client_token(run: RunIdentity, stage: str, zone: str, count: int, extra: str = "") -> str:
+    """EC2 ClientToken (<= 64 ASCII chars) for one logical request of one run."""
+    material = json.dumps([run.deployment, run.run_id, stage, zone, count, extra])
+    return "pdlift-" + hashlib.sha256(material.encode()).hexdigest()[:48]
+
+
+def tags(run: RunIdentity, stage: str, name: str | None = None, **extra: str) -> list[dict[str, str]]:
+    out = {
+        TAG_DEPLOYMENT: run.deployment,
+        TAG_RUN: run.run_id,
+        TAG_STAGE: stage,
+        TAG_CREATED: run.created_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        TAG_TTL: str(run.ttl_hours),
+    }
+    if name:
+        out["Name"] = name
+    out.update(extra)
+    return [{"Key": k, "Value": v} for k, v in out.items()]
+
+
+def tag_specifications(resource_type: str, run: RunIdentity, stage: str,
+                       name: str | None = None, **extra: str) -> list[dict]:
+    return [{"ResourceType": resource_type, "Tags": tags(run, stage, name, **extra)}]
+
+
+def run_filters(deployment: str, run_id: str | None = None) -> list[dict]:
+    """EC2 Filters that select this deployment's (and optionally this run's) resources."""
+    out = [{"Name": f"tag:{TAG_DEPLOYMENT}", "Values": [deployment]}]
+    if run_id:
+        out.append({"Name": f"tag:{TAG_RUN}", "Values": [run_id]})
+    return out
+
+
+def tag_dict(tag_list: list[dict] | None) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in (tag_list or [])}
