@@ -6,6 +6,6 @@ its registrar here, so `cli/main.py` stays a table of contents.
 
 from __future__ import annotations
 
-from cli import eks_token_cmd, flows_cmd
+from cli import capacity_cmd, eks_token_cmd, flows_cmd, weights_cmd
 
-REGISTRARS = [flows_cmd.register, eks_token_cmd.register]
+REGISTRARS = [flows_cmd.register, eks_token_cmd.register, capacity_cmd.register, weights_cmd.register]

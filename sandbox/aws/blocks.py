@@ -20,7 +20,7 @@ from sandbox.aws.render import Ec2Error
 from sandbox.aws.reservations import ReservationBook, now
 
 MAX_OFFERINGS = 6
-END_OF_BLOCK = dt.time(11, 30, tzinfo=dt.timezone.utc)
+END_OF_BLOCK = dt.time(11, 30, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,14 @@ def valid_duration(hours: int) -> bool:
 
 def _next_end(after: dt.datetime) -> dt.datetime:
     """The first 11:30 UTC at or after ``after``."""
-    candidate = dt.datetime.combine(after.date(), END_OF_BLOCK)
+    candidate = dt.datetime.combine(after.astimezone(dt.UTC).date(), END_OF_BLOCK)
     return candidate if candidate >= after else candidate + dt.timedelta(days=1)
+
+
+def _last_end(before: dt.datetime) -> dt.datetime:
+    """The last 11:30 UTC at or before ``before``."""
+    candidate = _next_end(before)
+    return candidate if candidate == before else candidate - dt.timedelta(days=1)
 
 
 class CapacityBlocks:
@@ -115,7 +121,10 @@ class CapacityBlocks:
             start = earliest.replace(second=0, microsecond=0)
         else:
             start = _next_end(earliest) + dt.timedelta(days=day - 1)
-        end = _next_end(start + dt.timedelta(hours=hours))
+        # A block that starts now still ends at 11:30 UTC, so it runs a little short.
+        end = _last_end(start + dt.timedelta(hours=hours))
+        if end <= start + dt.timedelta(hours=max(hours - 24, 1)):
+            end += dt.timedelta(days=1)
         fee = float(entry.get("hourly_price", 0.0)) * count * hours
         digest = hashlib.sha256(
             f"{source}|{entry['availability_zone']}|{entry['instance_type']}|{count}|"

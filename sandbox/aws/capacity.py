@@ -85,13 +85,13 @@ class Capacity:
             raise Ec2Error("InvalidParameterValue", "InstanceCount must be at least 1")
         self._require_offered(zone, instance_type)
         start = params.get("StartDate")
-        if start is not None and start > now() + dt.timedelta(minutes=5):
-            # Future-dated ODCRs exist only for C, M, R, I, T and G families.
-            if instance_type[:1] not in ("c", "m", "r", "i", "t", "g"):
-                raise Ec2Error(
-                    "InvalidParameterValue",
-                    f"Future-dated Capacity Reservations are not supported for {instance_type}.",
-                )
+        # Future-dated ODCRs exist only for C, M, R, I, T and G families.
+        future = start is not None and start > now() + dt.timedelta(minutes=5)
+        if future and instance_type[:1] not in ("c", "m", "r", "i", "t", "g"):
+            raise Ec2Error(
+                "InvalidParameterValue",
+                f"Future-dated Capacity Reservations are not supported for {instance_type}.",
+            )
         end_type = params.get("EndDateType", "unlimited")
         if end_type == "limited" and params.get("EndDate") is None:
             raise Ec2Error("InvalidParameterCombination", "EndDate is required when "

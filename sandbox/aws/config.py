@@ -6,12 +6,14 @@ Read from a YAML file (safe_load) whose keys all have defaults, for example::
     capacity:                    # On-Demand pool per AZ and instance type
       us-east-2a: {p5en.48xlarge: 8}
       us-east-2b: {p5en.48xlarge: 8}
+    default_capacity: 16         # for instance types a listed AZ does not name (0: Unsupported)
     capacity_blocks:             # what DescribeCapacityBlockOfferings can offer
       - {instance_type: p5en.48xlarge, availability_zone: us-east-2a,
          max_instance_count: 8, hourly_price: 41.61}
     reservation_pending_seconds: 1.0   # a new ODCR shows pending this long (still usable)
     topology_empty_seconds: 0.0        # DescribeInstanceTopology has no NetworkNodes this long
     topology_pair_size: 2              # instances per layer-3 node, by launch order
+    vcpu_quotas: {L-417A185B: 1536}    # On-Demand vCPU quota overrides (quotas.py)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import yaml
 
 DEFAULT_REGION = "us-east-2"
-DEFAULT_TYPES = {"p5en.48xlarge": 8, "p5.48xlarge": 8, "m5.large": 64, "t3.micro": 64}
+DEFAULT_TYPES = {"p5en.48xlarge": 8, "p5e.48xlarge": 8, "p5.48xlarge": 8}
 
 
 def _default_capacity() -> dict[str, dict[str, int]]:
@@ -48,16 +50,20 @@ class AwsConfig:
     region: str = DEFAULT_REGION
     account_id: str = "123456789012"
     capacity: dict[str, dict[str, int]] = field(default_factory=_default_capacity)
+    default_capacity: int = 16
     capacity_blocks: list[dict[str, Any]] = field(default_factory=_default_blocks)
     reservation_pending_seconds: float = 1.0
     topology_empty_seconds: float = 0.0
     topology_pair_size: int = 2
+    vcpu_quotas: dict[str, int] = field(default_factory=dict)  # overrides, by quota code
 
     def zones(self) -> list[str]:
         return sorted(self.capacity)
 
     def pool_size(self, zone: str, instance_type: str) -> int:
-        return int(self.capacity.get(zone, {}).get(instance_type, 0))
+        if zone not in self.capacity:
+            return 0
+        return int(self.capacity[zone].get(instance_type, self.default_capacity))
 
 
 def load_config(path: str | Path | None) -> AwsConfig:

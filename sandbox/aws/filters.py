@@ -41,7 +41,8 @@ def tags_for(tag_specs: Sequence[dict[str, Any]], resource_type: str) -> list[di
     tags: list[dict[str, str]] = []
     for spec in tag_specs or []:
         if spec.get("ResourceType") == resource_type:
-            tags.extend({"Key": t["Key"], "Value": t.get("Value", "")} for t in spec.get("Tags", []))
+            tags.extend({"Key": t["Key"], "Value": t.get("Value", "")}
+                        for t in spec.get("Tags", []))
     return tags
 
 

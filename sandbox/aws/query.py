@@ -108,7 +108,7 @@ def _timestamp(raw: str) -> dt.datetime:
     try:
         value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        value = dt.datetime.fromtimestamp(float(raw), tz=dt.timezone.utc)
+        value = dt.datetime.fromtimestamp(float(raw), tz=dt.UTC)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return value

@@ -24,7 +24,7 @@ ID_PATTERN = re.compile(r"^cr-[0-9a-f]{17}$")
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass

@@ -1,0 +1,139 @@
+"""Teardown and the leak sweep: find everything by tag, release it, report what it cost.
+
+Idempotent: a second teardown finds nothing and does nothing. Capacity Blocks cannot be
+cancelled; teardown reports when they end instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from tasks.adapters.ec2_capacity import Ec2Capacity
+from tasks.adapters.ec2_instances import Ec2Instances
+from tasks.adapters.kube_nodes import KubeNodes
+from tasks.errors import StageFailed
+from tasks.planning import identity
+from tasks.planning.identity import TAG_CREATED, TAG_DEPLOYMENT, TAG_RUN, TAG_TTL
+from tasks.stages.reserve import LIVE_STATES, Clock
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str
+    resource_id: str
+    deployment: str
+    run_id: str
+    created_at: str
+    ttl_hours: int
+    detail: str = ""
+
+
+@dataclass
+class TeardownReport:
+    released: list[Found] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)     # what cannot be released (Capacity Blocks), and why
+
+    def lines(self) -> list[str]:
+        out = [f"released {f.kind} {f.resource_id} (run {f.run_id})" for f in self.released]
+        return out + [f"kept {k}" for k in self.kept]
+
+
+def inventory(cap: Ec2Capacity, inst: Ec2Instances, deployment: str | None, run_id: str | None) -> list[Found]:
+    """Every pdlift-tagged resource of a deployment (or of all deployments when None)."""
+    filters = (identity.run_filters(deployment, run_id) if deployment
+               else [{"Name": "tag-key", "Values": [TAG_DEPLOYMENT]}])
+    out: list[Found] = []
+    live_instances = filters + [{"Name": "instance-state-name",
+                                 "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}]
+    for i in inst.describe(filters=live_instances):
+        out.append(_found("instance", i.instance_id, i.tags, i.state))
+    for r in cap.reservations(filters=filters):
+        if r.state in LIVE_STATES:
+            kind = "capacity-block" if r.reservation_type == "capacity-block" else "capacity-reservation"
+            out.append(_found(kind, r.reservation_id, r.tags, f"{r.state}, ends {r.end_date}"))
+    for g in cap.placement_groups(filters):
+        out.append(_found("placement-group", g["GroupName"], identity.tag_dict(g.get("Tags")), g.get("State", "")))
+    for t in inst.launch_templates(filters):
+        out.append(_found("launch-template", t["LaunchTemplateId"], identity.tag_dict(t.get("Tags")),
+                          t.get("LaunchTemplateName", "")))
+    return out
+
+
+def _found(kind: str, rid: str, tags: dict[str, str], detail: str) -> Found:
+    try:
+        ttl = int(tags.get(TAG_TTL, "0"))
+    except ValueError:
+        ttl = 0
+    return Found(kind, rid, tags.get(TAG_DEPLOYMENT, ""), tags.get(TAG_RUN, ""), tags.get(TAG_CREATED, ""), ttl, detail)
+
+
+def release(found: list[Found], cap: Ec2Capacity, inst: Ec2Instances, clock: Clock = Clock(),
+            kube: KubeNodes | None = None, deployments: set[str] | None = None) -> TeardownReport:
+    """Release in dependency order: namespaces, instances (and wait), placement groups, reservations,
+    launch templates."""
+    report = TeardownReport()
+    if kube is not None:
+        for dep in sorted(deployments or {f.deployment for f in found}):
+            for ns in kube.namespaces(f"pdlift.io/deployment={dep}"):
+                kube.delete_namespace(ns)
+                report.released.append(Found("namespace", ns, dep, "", "", 0))
+    instances = [f for f in found if f.kind == "instance"]
+    inst.terminate([f.resource_id for f in instances])
+    _wait_terminated(inst, [f.resource_id for f in instances], clock)
+    report.released += instances
+    for f in found:
+        if f.kind == "placement-group":
+            _delete_placement_group(cap, f.resource_id, clock)
+            report.released.append(f)
+        elif f.kind == "capacity-reservation":
+            cap.cancel_reservation(f.resource_id)
+            report.released.append(f)
+        elif f.kind == "capacity-block":
+            report.kept.append(f"capacity block {f.resource_id} ({f.detail}): cannot be cancelled; "
+                               "it stops billing when it ends")
+    for f in found:
+        if f.kind == "launch-template":
+            inst.delete_launch_template(f.resource_id)
+            report.released.append(f)
+    return report
+
+
+def _wait_terminated(inst: Ec2Instances, ids: list[str], clock: Clock, bound_s: float = 900) -> None:
+    if not ids:
+        return
+    deadline = clock.monotonic() + bound_s
+    while True:
+        left = [i.instance_id for i in inst.describe(ids=ids) if i.state != "terminated"]
+        if not left:
+            return
+        if clock.monotonic() >= deadline:
+            raise StageFailed(f"instances {', '.join(left)} still not terminated after {bound_s:.0f}s; "
+                              "run teardown again, or terminate them in the console to stop charges")
+        clock.sleep(2.0)
+
+
+def _delete_placement_group(cap: Ec2Capacity, name: str, clock: Clock, bound_s: float = 300) -> None:
+    deadline = clock.monotonic() + bound_s
+    while not cap.delete_placement_group(name):  # InUse until the instances are gone
+        if clock.monotonic() >= deadline:
+            raise StageFailed(f"placement group {name} still in use after {bound_s:.0f}s; run teardown again")
+        clock.sleep(3.0)
+
+
+def stale(found: list[Found], now: dt.datetime, active_runs: set[str]) -> list[Found]:
+    """What the sweep should release: past its TTL, or belonging to no active run."""
+    out = []
+    for f in found:
+        created = _parse(f.created_at)
+        expired = created is not None and f.ttl_hours > 0 and now - created > dt.timedelta(hours=f.ttl_hours)
+        if expired or f.run_id not in active_runs:
+            out.append(f)
+    return out
+
+
+def _parse(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
