@@ -16,4 +16,5 @@ def teardown_flow(blueprint_path: str, run_id: str | None = None) -> list[str]:
         get_run_logger().info(line)
     create_markdown_artifact(markdown="## Teardown\n\n" + "\n".join(f"- {l}" for l in lines),
                              key="teardown-report")
+    capacity.publish_ledgers(blueprint_path, sorted({f.run_id for f in report.released if f.run_id}))
     return lines

@@ -58,9 +58,22 @@ def launch(run: Run, reserved: reserve_stage.Reserved) -> launch_stage.Fleet:
 
 @task(cache_policy=NO_CACHE)
 def publish_ledger(run: Run) -> str:
-    markdown = ledger_plan.render_markdown(run.ledger, dt.datetime.now(dt.timezone.utc))
-    create_markdown_artifact(markdown=markdown, key=f"cost-ledger-{run.identity.deployment}",
-                             description=f"cost ledger of run {run.identity.run_id}")
+    return _publish(run.ledger)
+
+
+@task(cache_policy=NO_CACHE)
+def publish_ledgers(blueprint_path: str, run_ids: list[str]) -> list[str]:
+    """The final cost ledger of each run a teardown touched (with end times)."""
+    from tasks.adapters.ledger_store import LedgerStore
+
+    bp, store = load_blueprint(blueprint_path), LedgerStore()
+    return [_publish(ledger) for rid in run_ids if (ledger := store.load(bp.name, rid)) is not None]
+
+
+def _publish(ledger) -> str:
+    markdown = ledger_plan.render_markdown(ledger, dt.datetime.now(dt.timezone.utc))
+    create_markdown_artifact(markdown=markdown, key=f"cost-ledger-{ledger.deployment}",
+                             description=f"cost ledger of run {ledger.run_id}")
     return markdown
 
 

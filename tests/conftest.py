@@ -11,7 +11,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-2")
 os.environ.pop("AWS_PROFILE", None)
 
 # Fixture plugins; each component adds its module here.
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.fixtures.sandbox", "tests.fixtures.kube", "sandbox.engines.pytest_plugin"]
 
 
 import pytest  # noqa: E402

@@ -20,9 +20,9 @@ from tasks.errors import ParseError
 #   Open MPI --tag-output        "[1,0]<stdout>:" (Open MPI 5 adds a space)
 #   the modal health-check glue  "[rank 1] "
 _PREFIX = re.compile(
-    r"^(?:\s*\d{1,6}:(?=\s|$)\s?"
-    r"|\[\d{1,9},\d{1,9}\]<std(?:out|err)>:\s?"
-    r"|\[rank\s+\d{1,6}\]\s?)"
+    r"^(?:\s*(?P<label>\d{1,6}):(?=\s|$)\s?"
+    r"|\[(?P<ompi>\d{1,9},\d{1,9})\]<std(?:out|err)>:\s?"
+    r"|\[(?P<rank>rank\s+\d{1,6})\]\s?)"
 )
 _MAX_PREFIXES = 4  # nested launchers (srun inside mpirun) stack at most a few tags
 
@@ -31,14 +31,22 @@ MAX_INPUT_CHARS = 64 * 1024 * 1024
 MAX_KEPT_LINES = 200  # warnings and similar free-text lines kept as evidence
 
 
-def strip_prefixes(line: str) -> str:
-    """The line without launcher tags (rank labels), however many are stacked."""
+def split_prefixes(line: str) -> tuple[str | None, str]:
+    """(the outermost launcher tag: '0', '1,0' or 'rank 1', or None; the line without any tags)."""
+    tag = None
     for _ in range(_MAX_PREFIXES):
         m = _PREFIX.match(line)
         if not m or m.end() == 0:
             break
+        if tag is None:
+            tag = m["label"] or m["ompi"] or m["rank"]
         line = line[m.end():]
-    return line
+    return tag, line
+
+
+def strip_prefixes(line: str) -> str:
+    """The line without launcher tags (rank labels), however many are stacked."""
+    return split_prefixes(line)[1]
 
 
 def check_text(text: object, tool: str) -> str:
@@ -50,8 +58,8 @@ def check_text(text: object, tool: str) -> str:
     return text
 
 
-_INT = re.compile(r"^[+-]?\d{1,20}$")
-_FLOAT = re.compile(r"^[+-]?(?:\d{1,40}(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?$")
+_INT = re.compile(r"^[+-]?\d{1,20}$", re.ASCII)
+_FLOAT = re.compile(r"^[+-]?(?:\d{1,40}(?:\.\d*)?|\.\d{1,40})(?:[eE][+-]?\d{1,3})?$", re.ASCII)
 _NAN = re.compile(r"^[+-]?(?:nan|inf)$", re.IGNORECASE)
 
 

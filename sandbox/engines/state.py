@@ -1,0 +1,129 @@
+"""One simulated engine rank: its counters, limits, metrics and request-level faults."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import time
+import uuid
+
+from sandbox.engines.config import EngineConfig
+from sandbox.engines.metrics import Registry
+from sandbox.engines.settings import Settings, sandbox_dir
+
+
+def log(message: str, level: str = "INFO") -> None:
+    """Engine-style log line on stdout (the pod log)."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"{level} {stamp} [sandbox] {message}", flush=True)
+
+
+class KvCounters:
+    """Process-wide KV transfer counters, shared by every rank of the process."""
+
+    def __init__(self, cfg: EngineConfig, protocol: str):
+        self.protocol = protocol
+        self.registry = Registry()
+        r = self.registry
+        r.counter("pdlift_sandbox_kv_transfer_bytes_total", "KV cache bytes moved between prefill and decode.")
+        r.counter("pdlift_sandbox_kv_transfers_total", "KV cache transfers (one per request).")
+        r.counter("pdlift_sandbox_kv_transfer_seconds_total", "Time spent moving KV cache.")
+        r.counter("pdlift_sandbox_kv_transfer_failures_total", "KV transfers that failed, by reason.")
+        r.counter("pdlift_sandbox_kv_recomputed_prefills_total", "Prefills a decode engine recomputed.")
+        kv = cfg.kv
+        info = [({"library": kv.library, "backend": kv.backend, "protocol": protocol}, 1.0)] if kv else []
+        r.gauge("pdlift_sandbox_kv_protocol_info", "The KV transfer protocol this engine resolved.", lambda: info)
+        if kv:
+            for direction in ("sent", "received"):  # present from the start, as zeros
+                r.inc("pdlift_sandbox_kv_transfer_bytes_total", 0, direction=direction, protocol=protocol)
+                r.inc("pdlift_sandbox_kv_transfers_total", 0, direction=direction, protocol=protocol)
+
+    def moved(self, direction: str, protocol: str, nbytes: int, seconds: float) -> None:
+        r = self.registry
+        r.inc("pdlift_sandbox_kv_transfer_bytes_total", nbytes, direction=direction, protocol=protocol)
+        r.inc("pdlift_sandbox_kv_transfers_total", 1, direction=direction, protocol=protocol)
+        r.inc("pdlift_sandbox_kv_transfer_seconds_total", seconds, direction=direction, protocol=protocol)
+
+    def failed(self, reason: str) -> None:
+        self.registry.inc("pdlift_sandbox_kv_transfer_failures_total", 1, reason=reason)
+
+
+class EngineState:
+    def __init__(self, cfg: EngineConfig, settings: Settings, kv: KvCounters, rank: int, port: int):
+        self.cfg, self.settings, self.kv, self.rank, self.port = cfg, settings, kv, rank, port
+        self.engine_id = str(uuid.uuid4())
+        self.started = time.monotonic()
+        self.group_ready = asyncio.Event()
+        self.slots = asyncio.Semaphore(cfg.max_num_seqs)
+        slots = settings.latency.prefill_slots
+        self.prefill_slots = asyncio.Semaphore(slots) if slots > 0 else None
+        self.running = 0
+        self.waiting = 0
+        self.seen = 0  # requests received, for the error-rate fault
+        self.served = 0  # requests finished, for the exit-after-requests fault
+        self.draining = False
+        self.metrics = self._registry()
+
+    @property
+    def prefix(self) -> str:
+        return "vllm:" if self.cfg.engine == "vllm" else "sglang:"
+
+    def _registry(self) -> Registry:
+        labels = {"model_name": self.cfg.served_names[0]}
+        if self.cfg.engine == "vllm":
+            labels["engine"] = str(self.rank)
+        r, p = Registry(labels), self.prefix
+        running = "num_requests_running" if self.cfg.engine == "vllm" else "num_running_reqs"
+        waiting = "num_requests_waiting" if self.cfg.engine == "vllm" else "num_queue_reqs"
+        r.gauge(p + running, "Requests running on the engine.", lambda: [({}, self.running)])
+        r.gauge(p + waiting, "Requests waiting for a slot.", lambda: [({}, self.waiting)])
+        for name, text in (("time_to_first_token_seconds", "Time to first token."),
+                           ("inter_token_latency_seconds", "Time between output tokens."),
+                           ("e2e_request_latency_seconds", "End-to-end request latency."),
+                           ("request_queue_time_seconds", "Time waiting for a slot.")):
+            r.histogram(p + name, text)
+        r.counter(p + "prompt_tokens_total", "Prompt tokens processed.")
+        r.counter(p + "generation_tokens_total", "Tokens generated.")
+        r.counter(p + "request_success_total", "Finished requests, by reason.")
+        r.counter(p + "external_prefix_cache_queries_total", "Prompt tokens looked up in the KV connector.")
+        r.counter(p + "external_prefix_cache_hits_total", "Prompt tokens loaded through the KV connector.")
+        r.counter("pdlift_sandbox_request_errors_total", "Requests failed (injected errors, KV failures).")
+        return r
+
+    def render_metrics(self) -> str:
+        return self.metrics.render() + self.kv.registry.render()
+
+    # --- readiness and faults --------------------------------------------------------------
+
+    def ready(self) -> bool:
+        slow = self.settings.faults.slow_start_s
+        return (self.group_ready.is_set() and not self.draining
+                and time.monotonic() - self.started >= slow)
+
+    def next_is_error(self) -> bool:
+        """Every request whose running count crosses a multiple of 1/rate fails: exactly the rate."""
+        self.seen += 1
+        rate = self.settings.faults.error_rate
+        return rate > 0 and math.floor(self.seen * rate) > math.floor((self.seen - 1) * rate)
+
+    def finished_one(self) -> None:
+        self.served += 1
+        faults = self.settings.faults
+        if not faults.exit_after_requests or self.served < faults.exit_after_requests:
+            return
+        if faults.exit_once:
+            marker = sandbox_dir() / "engine-faults" / f"{self.settings.ident['pod'] or self.port}.exited"
+            if marker.exists():
+                return
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("exited\n")
+        log(f"EngineCore died unexpectedly after {self.served} requests (injected fault)", "ERROR")
+        asyncio.get_running_loop().call_later(0.05, _exit_now)
+
+
+def _exit_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

@@ -1,0 +1,97 @@
+"""Injected engine faults: TCP fallback of the KV path, P/D mismatch, restarts, errors, slow start."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sandbox.engines.latency import LatencyModel
+from sandbox.engines.tokenizer import make_prompt
+
+from .client import best_ttft, completion, fetch, metric, metrics, run
+from sandbox.engines.stacks import vllm_stack
+
+MODEL = LatencyModel()
+
+
+def test_with_the_tcp_fallback_fault_the_kv_path_says_tcp_and_ttft_pays_100x_the_transfer(engine_launcher):
+    stack = vllm_stack(engine_launcher, prefill_env={"PDLIFT_SANDBOX_FAULTS": json.dumps({"tcp_fallback": True})})
+    n = 3000
+    ttft = best_ttft(stack.router + "/v1/completions", [make_prompt(n, seed=i) for i in range(3)])
+    transfer_efa = MODEL.transfer_s(MODEL.kv_bytes(n, "fp8"), "efa")
+    expected = MODEL.prefill_s(n) + 100 * transfer_efa
+    assert ttft == pytest.approx(expected, rel=0.05)
+    assert ttft - MODEL.ttft_s(n, pd=True, kv_cache_dtype="fp8") == pytest.approx(99 * transfer_efa, rel=0.1)
+    prefill, decode = metrics(stack.prefill), metrics(stack.decode)
+    assert metric(prefill, "pdlift_sandbox_kv_protocol_info", protocol="tcp") == 1
+    assert metric(prefill, "pdlift_sandbox_kv_transfer_bytes_total", direction="sent", protocol="tcp") > 0
+    assert metric(decode, "pdlift_sandbox_kv_transfer_bytes_total", direction="received", protocol="tcp") > 0
+    assert metric(decode, "pdlift_sandbox_kv_transfer_bytes_total", protocol="efa") == 0
+    assert "Mooncake transfer engine protocol: tcp" in stack.prefill_proc.log()
+
+
+def test_a_kv_cache_dtype_mismatch_fails_the_request_at_the_first_transfer(engine_launcher):
+    stack = vllm_stack(engine_launcher, decode_flags=("--kv-cache-dtype", "auto"))  # argparse: the last one wins
+    [result] = run(stack.router + "/v1/completions", [completion(make_prompt(100), 4)])
+    assert result.status == 500
+    assert "compatibility check failed" in result.error["message"]
+    assert "kv_cache_dtype" in result.error["message"]
+    assert metric(metrics(stack.decode), "pdlift_sandbox_kv_transfer_failures_total", reason="incompatible") == 1
+
+
+def test_with_the_recompute_policy_a_failed_kv_load_is_recomputed_on_decode_instead(engine_launcher):
+    stack = vllm_stack(engine_launcher, decode_flags=("--kv-cache-dtype", "auto"),
+                       decode_kv={"kv_load_failure_policy": "recompute"})
+    [result] = run(stack.router + "/v1/completions", [completion(make_prompt(100), 4)])
+    assert result.status == 200 and len(result.texts) == 4
+    decode = metrics(stack.decode)
+    assert metric(decode, "pdlift_sandbox_kv_recomputed_prefills_total") == 1
+    assert metric(decode, "pdlift_sandbox_kv_transfer_bytes_total", direction="received") == 0
+
+
+def test_the_prefill_restart_fault_exits_the_engine_after_n_requests(engine_launcher):
+    port = engine_launcher.port()
+    kv = json.dumps({"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"})
+    env = engine_launcher.env(PDLIFT_SANDBOX_FAULTS=json.dumps({"exit_after_requests": 2}),
+                              VLLM_MOONCAKE_BOOTSTRAP_PORT=str(engine_launcher.port()))
+    engine = engine_launcher.start(["vllm", "serve", "m", "--port", str(port), "--kv-transfer-config", kv],
+                                   "prefill", env)
+    engine.wait_http(f"http://127.0.0.1:{port}/health")
+    results = run(f"http://127.0.0.1:{port}/v1/completions", [completion("a b c", 2, stream=False)] * 2)
+    assert [r.status for r in results] == [200, 200]
+    assert engine.wait_exit(timeout=10) == 1
+    assert "EngineCore died unexpectedly after 2 requests" in engine.log()
+
+
+def test_an_error_rate_set_live_in_the_state_dir_fails_exactly_that_fraction(engine_launcher):
+    port = engine_launcher.port()
+    engine = engine_launcher.start(["vllm", "serve", "m", "--port", str(port)], "engine")
+    engine.wait_http(f"http://127.0.0.1:{port}/health")
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    assert all(r.status == 200 for r in run(url, [completion("a b", 1)] * 4))
+    rules = {"rules": [{"match": {"engine": "vllm", "port": str(port)}, "faults": {"error_rate": 0.25}}]}
+    (engine_launcher.state_dir / "sandbox").mkdir(exist_ok=True)
+    (engine_launcher.state_dir / "sandbox" / "engines.json").write_text(json.dumps(rules))
+    results = run(url, [completion("a b", 1)] * 20)
+    assert sum(r.status == 500 for r in results) == 5
+    rules["rules"][0]["faults"] = {"error_rate": 0.5, "error_mode": "stream"}
+    (engine_launcher.state_dir / "sandbox" / "engines.json").write_text(json.dumps(rules))
+    results = run(url, [completion("a b", 3)] * 10)
+    failed = [r for r in results if r.error]
+    assert len(failed) == 5 and all(r.status == 200 and len(r.texts) == 1 for r in failed)
+
+
+def test_the_slow_start_fault_keeps_health_at_503_for_that_long(engine_launcher):
+    port = engine_launcher.port()
+    engine = engine_launcher.start(["vllm", "serve", "m", "--port", str(port)], "engine",
+                                   engine_launcher.env(PDLIFT_SANDBOX_FAULTS=json.dumps({"slow_start_s": 1.5})))
+    url = f"http://127.0.0.1:{port}/health"
+    started, statuses = time.monotonic(), []
+    while time.monotonic() - started < 8 and 200 not in statuses:
+        statuses.append(fetch(url)[0])  # 0 until it listens
+        time.sleep(0.1)
+    assert 503 in statuses and statuses[-1] == 200
+    assert time.monotonic() - started >= 1.4
+    assert engine.proc.poll() is None

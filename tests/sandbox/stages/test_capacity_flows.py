@@ -1,0 +1,42 @@
+"""The stage 1-2 flows end to end on the sandbox, as `pdlift reserve/launch/teardown` run them."""
+
+import pytest
+
+from tests.sandbox.stages.conftest import ROOT, tagged
+
+BLUEPRINT = str(ROOT / "blueprints" / "sandbox-2p2d.yaml")
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger(sandbox_stack, aws_env):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.launch_nodes import launch_nodes_flow
+    from flows.reserve_capacity import reserve_capacity_flow
+    from flows.teardown import teardown_flow
+
+    sandbox_stack.require("kube")
+    reserved = reserve_capacity_flow(BLUEPRINT, "flowrun1")
+    assert reserved["reservation_id"].startswith("cr-") and not reserved["adopted"]
+    again = reserve_capacity_flow(BLUEPRINT, "flowrun1")
+    assert again["adopted"] and again["reservation_id"] == reserved["reservation_id"]
+    fleet = launch_nodes_flow(BLUEPRINT, "flowrun1")
+    assert sorted(n["role"] for n in fleet["nodes"]) == ["decode", "decode", "prefill", "prefill"]
+    assert len(tagged(aws_env, "sandbox-2p2d")["instances"]) == 4
+
+    released = teardown_flow(BLUEPRINT, None)
+    assert any("capacity-reservation" in line for line in released)
+    assert tagged(aws_env, "sandbox-2p2d") == {}
+    assert teardown_flow(BLUEPRINT, None) == ["nothing to release"]
+
+    async def ledger_artifact():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["cost-ledger-sandbox-2p2d"])))
+
+    final = [a.data for a in asyncio.run(ledger_artifact()) if "| instance |" in a.data]
+    assert final, "teardown published no final cost ledger"
+    assert "| capacity-reservation |" in final[0] and "Still billing: $0.00/h" in final[0]
