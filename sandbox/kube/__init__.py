@@ -1,0 +1,1 @@
+"""Kubernetes API stand-in for the sandbox (see README.md in this folder)."""

@@ -1,0 +1,175 @@
+"""The migrate flow's steps: which stage runs how, what "already done" means, and the summary.
+
+Each stage is its own flow (a subflow here, so the Prefect UI groups it); this module only
+dispatches to them, reads and writes the run ledger, and reports a failure clearly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from blueprints.loader import load_blueprint
+from blueprints.schema import Blueprint
+from tasks.adapters.ledger_store import LedgerStore
+from tasks.errors import ConfigError, PdliftError
+from tasks.planning import ledger as ledger_plan
+from tasks.runs import aws_adapters, open_run
+
+
+def run_id_for(blueprint_path: str, run_id: str | None) -> str:
+    return open_run(load_blueprint(blueprint_path), run_id).identity.run_id
+
+
+def check_capacity_block_approval(bp: Blueprint, approved: bool) -> None:
+    if bp.aws.capacity.mode == "capacity-block" and not approved:
+        raise ConfigError("the blueprint buys a Capacity Block (paid upfront, cannot be cancelled); "
+                          "start the run with approve_capacity_block_purchase = true to allow it")
+
+
+# --- stages ---------------------------------------------------------------------------------
+
+
+def fleet_ssh_nodes(blueprint_path: str, run_id: str) -> list:
+    """The launched nodes as SSH targets, host keys pinned from each instance's console output."""
+    from tasks.adapters.ssh_connect import SshNode
+    from tasks.adapters.ssh_hostkeys import parse_console_output
+
+    bp = load_blueprint(blueprint_path)
+    fleet = open_run(bp, run_id).ledger.outputs.get("launch") or {}
+    instances = aws_adapters(bp).instances
+    return [SshNode(n["instance_id"], n["address"],
+                    tuple(parse_console_output(instances.console_output(n["instance_id"]))), bp.aws.ssh.port)
+            for n in fleet.get("nodes", [])]
+
+
+def _reserve(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.reserve_capacity import reserve_capacity_flow
+
+    return reserve_capacity_flow(bp_path, run_id)
+
+
+def _launch(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.launch_nodes import launch_nodes_flow
+
+    return launch_nodes_flow(bp_path, run_id)
+
+
+def _fabric(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.validate_fabric import validate_fabric_flow
+
+    return validate_fabric_flow(bp_path, run_id)
+
+
+def _weights(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.stage_weights import stage_weights
+
+    progress = stage_weights(bp_path, fleet_ssh_nodes(bp_path, run_id))
+    return {"nodes": len(progress)}
+
+
+def _deploy(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.deploy import deploy_flow
+
+    return deploy_flow(bp_path, None, run_id)
+
+
+def _benchmark(bp_path: str, run_id: str, image: str | None) -> dict:
+    from flows.benchmark_gate import benchmark_gate_flow
+
+    colour = (_ledger(bp_path, run_id).outputs.get("deploy") or {}).get("colour")
+    return benchmark_gate_flow(bp_path, colour, run_id)
+
+
+SELF_RECORDING = {"reserve", "launch"}
+
+RUNNERS: dict[str, Callable[[str, str, str | None], dict]] = {
+    "reserve": _reserve, "launch": _launch, "fabric": _fabric,
+    "weights": _weights, "deploy": _deploy, "benchmark": _benchmark,
+}
+
+
+def run_stage(stage: str, blueprint_path: str, run_id: str, engine_image: str | None) -> dict:
+    started = time.monotonic()
+    output = RUNNERS[stage](blueprint_path, run_id, engine_image) or {}
+    seconds = round(time.monotonic() - started, 1)
+    if stage not in SELF_RECORDING:  # reserve and launch record their own, richer outputs
+        open_run(load_blueprint(blueprint_path), run_id).stage_done(stage, _jsonable(output))
+    return {"stage": stage, "status": "done", "seconds": seconds, "output": _jsonable(output)}
+
+
+def _jsonable(value) -> dict:
+    return json.loads(json.dumps(value, default=str)) if isinstance(value, dict) else {"result": str(value)}
+
+
+def _ledger(blueprint_path: str, run_id: str):
+    return open_run(load_blueprint(blueprint_path), run_id).ledger
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+@task(cache_policy=NO_CACHE)
+def already_done(blueprint_path: str, run_id: str, stage: str) -> bool:
+    """Done in an earlier attempt AND what it made still exists."""
+    bp = load_blueprint(blueprint_path)
+    ledger = open_run(bp, run_id).ledger
+    if stage not in ledger.stages_done or stage == "benchmark":
+        return False
+    aws = aws_adapters(bp)
+    if stage == "reserve":
+        rid = (ledger.outputs.get("reserve") or {}).get("reservation_id")
+        r = aws.capacity.reservation(rid) if rid else None
+        return bool(r and r.state in ("active", "pending"))
+    ids = [n["instance_id"] for n in (ledger.outputs.get("launch") or {}).get("nodes", [])]
+    running = {i.instance_id for i in aws.instances.describe(ids=ids) if i.state == "running"} if ids else set()
+    fleet_intact = bool(ids) and running == set(ids)
+    if stage in ("launch", "fabric", "weights"):
+        # fabric and weights were done on exactly these nodes; a replaced node needs them again
+        return fleet_intact
+    return fleet_intact and stage == "deploy" and bool(ledger.outputs.get("deploy"))
+
+
+# --- reporting --------------------------------------------------------------------------------
+
+
+@task(cache_policy=NO_CACHE)
+def report_failure(blueprint_path: str, run_id: str, stage: str, error: BaseException) -> str:
+    bp = load_blueprint(blueprint_path)
+    ledger = LedgerStore().load(bp.name, run_id)
+    live = ledger.live() if ledger else []
+    burn = ledger_plan.hourly_burn(ledger) if ledger else 0.0
+    lines = [f"## Run {run_id} failed at stage `{stage}`", "",
+             f"**Why:** {type(error).__name__}: {error}", "",
+             f"**Still existing ({len(live)}), billing ${burn:,.2f}/h:**", ""]
+    lines += [f"- {e.kind} `{e.resource_id}` {e.zone}".rstrip() for e in live] or ["- nothing"]
+    lines += ["", "**Next:** fix the cause and re-run with the same run id to continue, or release everything:",
+              "", f"    pdlift teardown {blueprint_path} --run-id {run_id}", ""]
+    markdown = "\n".join(lines)
+    create_markdown_artifact(markdown=markdown, key=f"failed-{bp.name}", description=f"run {run_id} failed")
+    log = get_run_logger()
+    log.error("stage %s failed: %s", stage, error, exc_info=not isinstance(error, PdliftError))
+    log.error("still billing $%.2f/h for %d resource(s); tear down with: pdlift teardown %s --run-id %s",
+              burn, len(live), blueprint_path, run_id)
+    return markdown
+
+
+@task(cache_policy=NO_CACHE)
+def finish(blueprint_path: str, run_id: str, summary: list[dict]) -> dict:
+    bp = load_blueprint(blueprint_path)
+    ledger = open_run(bp, run_id).ledger
+    now = dt.datetime.now(dt.timezone.utc)
+    verdict = (ledger.outputs.get("benchmark") or {}).get("outcome", "not run")
+    rows = "\n".join(f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary)
+    markdown = (f"## Migration {bp.name}, run {run_id}\n\n| stage | status | seconds |\n|---|---|---|\n{rows}\n\n"
+                f"Gate verdict: **{verdict}**\n\n" + ledger_plan.render_markdown(ledger, now))
+    create_markdown_artifact(markdown=markdown, key=f"migration-{bp.name}", description=f"run {run_id}")
+    return {"run_id": run_id, "stages": summary, "verdict": verdict,
+            "spend_by_stage": ledger_plan.spend_by_stage(ledger, now),
+            "hourly_burn": ledger_plan.hourly_burn(ledger)}
