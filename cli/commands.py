@@ -6,6 +6,7 @@ its registrar here, so `cli/main.py` stays a table of contents.
 
 from __future__ import annotations
 
-from cli import capacity_cmd, eks_token_cmd, flows_cmd, weights_cmd
+from cli import bench_cmd, capacity_cmd, deploy_cmd, eks_token_cmd, fabric_cmd, flows_cmd, weights_cmd
 
-REGISTRARS = [flows_cmd.register, eks_token_cmd.register, capacity_cmd.register, weights_cmd.register]
+REGISTRARS = [flows_cmd.register, eks_token_cmd.register, capacity_cmd.register, weights_cmd.register, deploy_cmd.register,
+              fabric_cmd.register, bench_cmd.register]

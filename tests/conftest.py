@@ -11,7 +11,8 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-2")
 os.environ.pop("AWS_PROFILE", None)
 
 # Fixture plugins; each component adds its module here.
-pytest_plugins: list[str] = ["tests.fixtures.sandbox", "tests.fixtures.kube", "sandbox.engines.pytest_plugin"]
+pytest_plugins: list[str] = ["tests.fixtures.sandbox", "tests.fixtures.kube", "sandbox.engines.pytest_plugin",
+                             "tests.fixtures.prefect_server", "tests.sandbox.bench.fixtures"]
 
 
 import pytest  # noqa: E402

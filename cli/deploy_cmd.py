@@ -1,0 +1,37 @@
+"""`pdlift deploy BLUEPRINT [--render-only DIR] [--colour blue|green]`: stage 5 from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_deploy(args: argparse.Namespace) -> int:
+    from blueprints.loader import load_blueprint
+
+    bp = load_blueprint(args.blueprint)
+    if args.render_only:
+        from tasks.stages.deploy import render_to_dir
+
+        # No cluster is asked which colour is live: render-only touches nothing.
+        path = render_to_dir(bp, args.colour or "blue", args.render_only)
+        print(f"wrote {path} (colour {args.colour or 'blue'}; invariants and schemas checked; nothing applied)")
+        return 0
+    from flows.deploy import deploy_flow
+
+    result = deploy_flow(args.blueprint, args.colour, args.run_id, args.rollback_on_failure)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
+    p = sub.add_parser("deploy", help="stage 5: bring up the candidate colour and prove its KV path")
+    p.add_argument("blueprint")
+    p.add_argument("--render-only", metavar="DIR", default=None,
+                   help="write the checked manifests to DIR and stop (no cluster is contacted)")
+    p.add_argument("--colour", choices=("blue", "green"), default=None,
+                   help="the candidate colour (default: the one the production Service does not select)")
+    p.add_argument("--run-id", default=None, help="the run whose ledger records the result")
+    p.add_argument("--rollback-on-failure", action="store_true",
+                   help="delete a candidate that failed (default: keep it for inspection)")
+    handlers["deploy"] = _cmd_deploy

@@ -1,0 +1,221 @@
+"""Stage 5: bring up the candidate colour of the 2P2D stack beside the live one and prove its KV path.
+
+    render_checked -> apply (namespaces, accounts, leader Services, prefill and decode
+    LeaderWorkerSets, router last) -> wait in phases -> canary through the candidate's router
+
+Blue/green: the live colour is the one the production Service ``<name>/<name>`` selects; the
+candidate is the other one (blue when nothing is live yet). This stage never touches the
+production Service: promotion switches it after the benchmark gate. ``rollback`` deletes a
+candidate (its namespace and its router) and refuses to delete the live colour.
+
+The pods are reached at their pod IPs (EKS's VPC CNI makes them routable inside the VPC, where
+the Prefect worker runs); nothing here depends on a Service proxy or a port-forward.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blueprints.schema import Blueprint
+from tasks.adapters.engine_http import EngineHttp
+from tasks.adapters.kube_apply import Applied, KubeApply, PodInfo
+from tasks.errors import ConfigError, RemoteUnavailable, StackNotReady, StageFailed
+from tasks.planning.manifests import colour_namespace, render_checked, stable_namespace, to_yaml
+from tasks.planning.manifests import common as c
+from tasks.planning.manifests.router import router_name, selector as router_selector
+from tasks.planning.manifests.views import routers
+from tasks.stages import deploy_canary as canary
+from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
+from tasks.stages.reserve import Clock
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    limits: WaitLimits = field(default_factory=WaitLimits)
+    canary_tokens: int | None = None  # default: canary_tokens(max_context)
+    canary_max_tokens: int = 16
+    ttft_bound_s: float | None = None  # default: the gate's TTFT SLO, else 30 s
+    canary_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Deployed:
+    deployment: str
+    colour: str
+    live_colour: str | None
+    engines_namespace: str
+    router_namespace: str
+    router_service: str
+    applied: tuple[Applied, ...]
+    phases_s: dict[str, float]
+    bring_up_s: float  # first apply -> canary passed
+    canary: str
+
+
+def weights_host_path(bp: Blueprint) -> str:
+    """Where stage 4 put the model on every node's NVMe."""
+    return posixpath.join(bp.staging.local_path, bp.model.name)
+
+
+def live_colour(bp: Blueprint, kube: KubeApply) -> str | None:
+    svc = kube.get("v1", "Service", bp.name, stable_namespace(bp))
+    colour = (((svc or {}).get("spec") or {}).get("selector") or {}).get(c.COLOUR_LABEL)
+    return colour if colour in c.COLOURS else None
+
+
+def candidate_colour(bp: Blueprint, kube: KubeApply, requested: str | None = None) -> tuple[str, str | None]:
+    """(candidate, live). The candidate is never the live colour."""
+    live = live_colour(bp, kube)
+    if requested is not None:
+        c.check_colour(requested)
+        if requested == live:
+            raise ConfigError(f"{requested} is the live colour of {bp.name} (its production Service selects it); "
+                              f"deploy the other colour and promote it instead")
+        return requested, live
+    if live is None:
+        return "blue", None
+    return ("green" if live == "blue" else "blue"), live
+
+
+def render(bp: Blueprint, colour: str) -> list[dict]:
+    return render_checked(bp, colour, weights_host_path(bp))
+
+
+def render_to_dir(bp: Blueprint, colour: str, directory: str | Path) -> Path:
+    """The checked manifests of ``colour`` as one YAML stream in apply order; no API call."""
+    text = to_yaml(render(bp, colour))  # a ConfigError leaves nothing behind
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{bp.name}-{colour}.yaml"
+    path.write_text(text)
+    return path
+
+
+def apply_objects(kube: KubeApply, objects: list[dict], progress: Progress = lambda _: None) -> list[Applied]:
+    """Apply in the rendered order (dependencies first, router last); idempotent."""
+    out = []
+    for obj in objects:
+        applied = kube.apply(obj)
+        progress(f"applied {applied.ref} (resourceVersion {applied.resource_version})")
+        out.append(applied)
+    return out
+
+
+def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None = None,
+           options: DeployOptions = DeployOptions(), clock: Clock = Clock(),
+           progress: Progress = lambda _: None) -> Deployed:
+    """Bring up the candidate and pass the canary, or raise StackFailure (with diagnostics).
+    A failed candidate is left in place for inspection; ``rollback`` removes it."""
+    render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
+    candidate, live = candidate_colour(bp, kube, colour)
+    objects = render(bp, candidate)
+    progress(f"deploying {bp.name} colour {candidate} (live: {live or 'none'})")
+    started = clock.monotonic()
+    applied = apply_objects(kube, objects, progress)
+    groups = pod_groups(bp, candidate, objects)
+    phases = wait_for_stack(kube, groups, lambda pods: _router_gaps(http, bp, objects, pods), options.limits,
+                            clock, progress)
+    report = run_canary(bp, kube, http, candidate, options)
+    progress(report.summary())
+    if not report.ok:
+        raise StackFailure(f"{bp.name} {candidate}: the canary failed: " + "; ".join(report.problems), "Canary",
+                           report.summary())
+    return Deployed(bp.name, candidate, live, colour_namespace(bp, candidate), stable_namespace(bp),
+                    router_name(candidate), tuple(applied), phases, round(clock.monotonic() - started, 3),
+                    report.summary())
+
+
+def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup]:
+    """What must run, read from the rendered objects (replicas x group size)."""
+    out = []
+    for obj in objects:
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        if obj["kind"] == "LeaderWorkerSet":
+            count = spec.get("replicas", 1) * spec["leaderWorkerTemplate"].get("size", 1)
+            out.append(PodGroup(meta["name"], meta["namespace"],
+                                {c.COLOUR_LABEL: colour, c.LWS_NAME_LABEL: meta["name"]}, count))
+        elif obj["kind"] == "Deployment":
+            out.append(PodGroup(c.ROUTER, meta["namespace"], router_selector(bp, colour), spec.get("replicas", 1)))
+    return out
+
+
+def _router_gaps(http: EngineHttp, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
+    """The workers each router pod does not list as healthy (reference §6: the router's own view)."""
+    view = routers(objects)[0]
+    wanted = [u for flag in ("--prefill", "--decode") for u in _urls(view.argv, flag)]
+    gaps = []
+    for p in pods:
+        url = f"http://{p.pod_ip}:{p.ports.get('http', bp.engine.router_port)}/workers"
+        try:
+            workers = http.get_json(url).get("workers") or []
+        except (RemoteUnavailable, StackNotReady) as e:  # still starting: keep waiting
+            gaps.append(f"{p.namespace}/{p.name} does not answer /workers yet ({e})")
+            continue
+        listed = {w.get("url"): bool(w.get("is_healthy", w.get("healthy"))) for w in workers}
+        gaps += [f"{p.namespace}/{p.name} lists {u} as {'unhealthy' if u in listed else 'missing'}"
+                 for u in wanted if not listed.get(u)]
+    return gaps
+
+
+def _urls(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def run_canary(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str,
+               options: DeployOptions) -> canary.CanaryReport:
+    engines_ns = colour_namespace(bp, colour)
+    leaders = {role: kube.pods(engines_ns, {c.COLOUR_LABEL: colour, c.LWS_NAME_LABEL: role,
+                                            c.LWS_WORKER_INDEX_LABEL: "0"}) for role in (c.PREFILL, c.DECODE)}
+    router = next((p for p in kube.pods(stable_namespace(bp), router_selector(bp, colour)) if p.ready), None)
+    if router is None or not all(leaders.values()):
+        raise StackFailure(f"{bp.name} {colour}: no ready router or engine leader left for the canary", "Canary")
+
+    ports = {c.PREFILL: bp.engine.prefill_port, c.DECODE: bp.engine.decode_port}
+
+    def scrape() -> dict[str, list]:
+        return {role: [s for p in pods for s in http.metrics(f"http://{p.pod_ip}:{p.ports.get('http', ports[role])}"
+                                                             "/metrics")]
+                for role, pods in leaders.items()}
+
+    tokens = canary.canary_tokens(bp.model.max_context, options.canary_tokens)
+    bound = options.ttft_bound_s or ((bp.gate.slo.ttft_ms / 1000.0) if bp.gate.slo.ttft_ms else 30.0)
+    before = scrape()
+    url = f"http://{router.pod_ip}:{router.ports.get('http', bp.engine.router_port)}/v1/completions"
+    done = http.stream_completion(url, bp.model.name, canary.canary_prompt(tokens), options.canary_max_tokens,
+                                  options.canary_timeout_s)
+    return canary.judge(tokens, done.ttft_s, bound, bp.kv_transfer.protocol, before, scrape())
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    colour: str
+    deleted: tuple[str, ...]
+
+
+def rollback(bp: Blueprint, kube: KubeApply, colour: str, wait_s: float = 300.0, clock: Clock = Clock()) -> RolledBack:
+    """Delete the candidate ``colour``: its router (Deployment, Service) and its engines' namespace.
+    Deleting what is already gone is a no-op. Refuses the live colour. Waits (bounded) until the
+    namespace is gone, so its GPUs are free for the next candidate."""
+    c.check_colour(colour)
+    if live_colour(bp, kube) == colour:
+        raise StageFailed(f"refusing to roll back {bp.name} {colour}: it is the live colour (the production "
+                          f"Service selects it); promote the other colour first")
+    ns, stable = colour_namespace(bp, colour), stable_namespace(bp)
+    deleted = []
+    for api_version, kind, name, namespace in (("apps/v1", "Deployment", router_name(colour), stable),
+                                               ("v1", "Service", router_name(colour), stable),
+                                               ("v1", "Namespace", ns, None)):
+        if kube.delete(api_version, kind, name, namespace):
+            deleted.append(f"{kind} {namespace + '/' if namespace else ''}{name}")
+    deadline = clock.monotonic() + wait_s
+    while kube.get("v1", "Namespace", ns) is not None:
+        if clock.monotonic() >= deadline:
+            raise StageFailed(f"namespace {ns} is still terminating after {wait_s:.0f}s; check its finalizers "
+                              f"(kubectl get namespace {ns} -o yaml)")
+        clock.sleep(2.0)
+    return RolledBack(colour, tuple(deleted))

@@ -1,0 +1,125 @@
+"""Prove the KV data path: one long-prompt request through the candidate's router, judged by metrics.
+
+A wrong transfer setting silently falls back to TCP and TTFT regresses 100x (reference §4.1), so
+the config is not evidence. Evidence is what the engines count while the canary runs:
+
+- the prefill leader's KV bytes *sent* and the decode leader's KV bytes *received* both moved,
+  over the protocol the blueprint asks for (``protocol="efa"``), and none moved over another;
+- the decode engine recomputed no prefill (a failed pull that falls back to recomputing still
+  answers the request, only slower);
+- the time to first token stays under a sanity bound.
+
+The counters are read by suffix, ``*kv_transfer_bytes_total{direction, protocol}`` and
+``*kv_recomputed_prefills_total``, from the KV-transfer exporter on each engine's metrics port.
+An engine that exports no KV byte counter fails the canary: without a count there is no proof.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tasks.adapters.engine_http import Sample
+
+KV_BYTES_SUFFIX = "kv_transfer_bytes_total"
+RECOMPUTED_SUFFIX = "kv_recomputed_prefills_total"
+DEFAULT_TOKENS = 16384
+# Common one-token English words: the prompt's length in tokens is close to its word count
+# under any BPE tokenizer, and no two canaries share a prefix (a nonce comes first).
+_WORDS = ("the model reads a long prompt and the cache moves from prefill to decode over the fabric "
+          "while each node keeps its own copy of the weights on local disk").split()
+
+
+@dataclass(frozen=True)
+class CanaryReport:
+    prompt_tokens: int
+    ttft_s: float
+    ttft_bound_s: float
+    prefill_sent: dict[str, float]  # protocol -> bytes moved during the canary
+    decode_received: dict[str, float]
+    recomputed: float
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        moved = ", ".join(f"prefill sent {_fmt(v)} over {k}" for k, v in sorted(self.prefill_sent.items()) if v)
+        got = ", ".join(f"decode received {_fmt(v)} over {k}" for k, v in sorted(self.decode_received.items()) if v)
+        head = (f"canary ({self.prompt_tokens} prompt tokens): TTFT {self.ttft_s * 1000:.0f} ms "
+                f"(bound {self.ttft_bound_s * 1000:.0f} ms); {moved or 'no KV sent'}; {got or 'no KV received'}; "
+                f"{self.recomputed:.0f} prefills recomputed")
+        return head if self.ok else head + "\n  " + "\n  ".join(self.problems)
+
+
+def canary_prompt(tokens: int) -> str:
+    words = [f"canary-{secrets.token_hex(4)}"]
+    words += [_WORDS[i % len(_WORDS)] for i in range(max(tokens - 1, 0))]
+    return " ".join(words)
+
+
+def canary_tokens(max_context: int, wanted: int | None = None) -> int:
+    """Long enough that its KV is megabytes, short enough to fit the context with room to answer."""
+    return max(256, min(wanted or DEFAULT_TOKENS, max_context // 2))
+
+
+def kv_bytes(samples: Iterable[Sample], direction: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in samples:
+        if s.name.endswith(KV_BYTES_SUFFIX) and s.labels.get("direction") == direction:
+            protocol = s.labels.get("protocol", "unknown")
+            out[protocol] = out.get(protocol, 0.0) + s.value
+    return out
+
+
+def recomputed(samples: Iterable[Sample]) -> float:
+    return sum(s.value for s in samples if s.name.endswith(RECOMPUTED_SUFFIX))
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in sorted(set(before) | set(after))}
+
+
+def judge(prompt_tokens: int, ttft_s: float, ttft_bound_s: float, expected_protocol: str,
+          before: dict[str, list[Sample]], after: dict[str, list[Sample]]) -> CanaryReport:
+    """``before``/``after``: the metrics samples of the ``prefill`` and ``decode`` leaders (pooled
+    per role), scraped just before and just after the canary. Pure."""
+    problems: list[str] = []
+    moved = {}
+    fell_back = False
+    for role, direction in (("prefill", "sent"), ("decode", "received")):
+        if not any(s.name.endswith(KV_BYTES_SUFFIX) for s in after[role]):
+            problems.append(f"the {role} engine exports no *{KV_BYTES_SUFFIX} counter: the KV path cannot be "
+                            "proven; enable the transfer engine's metrics in the image")
+            moved[role] = {}
+            continue
+        moved[role] = delta(kv_bytes(before[role], direction), kv_bytes(after[role], direction))
+        wanted = moved[role].get(expected_protocol, 0.0)
+        others = {p: v for p, v in moved[role].items() if p != expected_protocol and v > 0}
+        if others:
+            fell_back = True
+            over = " and ".join(f"{_fmt(v)} over {p}" for p, v in others.items())
+            problems.append(f"the {role} engine {direction} {over}"
+                            + (f" (and {_fmt(wanted)} over {expected_protocol})" if wanted > 0
+                               else f", none over {expected_protocol}"))
+        elif wanted <= 0:
+            problems.append(f"the {role} engine {direction} no KV bytes during the canary")
+    if fell_back:
+        problems.append(f"the KV transfer fell back from {expected_protocol}: check FI_PROVIDER=efa, the "
+                        "connector's protocol/backend setting and that the EFA devices reach the pods")
+    redone = recomputed(after["decode"]) - recomputed(before["decode"])
+    if redone > 0:
+        problems.append(f"the decode engine recomputed {redone:.0f} prefill(s) instead of loading the KV")
+    if ttft_s > ttft_bound_s:
+        problems.append(f"TTFT {ttft_s * 1000:.0f} ms is above the sanity bound of {ttft_bound_s * 1000:.0f} ms")
+    return CanaryReport(prompt_tokens, ttft_s, ttft_bound_s, moved["prefill"], moved["decode"], redone,
+                        tuple(problems))
+
+
+def _fmt(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -1,0 +1,151 @@
+"""Deploy tests: a blueprint per scenario (its own name, so its own nodes and namespaces) and four
+GPU nodes joined to the Kubernetes stand-in for it, as the launch stage would leave them.
+
+Each ``Site`` writes the sandbox blueprint with a unique name and router port to a file (the
+CLI needs one), joins 2 prefill + 2 decode nodes labelled the way stage 2 labels them, and at
+the end deletes what was deployed and the join records.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from blueprints.loader import load_blueprint
+from blueprints.schema import Blueprint
+from tasks.adapters.engine_http import EngineHttp
+from tasks.adapters.kube_apply import KubeApply
+from tasks.stages.deploy_wait import WaitLimits
+from tests.fixtures.kube import wait_for
+
+REPO = Path(__file__).resolve().parents[3]
+SANDBOX_BLUEPRINT = REPO / "blueprints" / "sandbox-2p2d.yaml"
+# Fast enough for the stand-in, whose pods start in seconds; the fail-fast paths do not wait.
+FAST = WaitLimits(scheduled_s=30, started_s=60, ready_s=60, router_s=30, unschedulable_grace_s=2, poll_s=1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Site:
+    sandbox: object
+    api: client.ApiClient
+    path: Path
+    blueprint: Blueprint
+    instance_ids: list[str] = field(default_factory=list)
+
+    @property
+    def kube(self) -> KubeApply:
+        return KubeApply(self.api)
+
+    def join_nodes(self, gpus: int = 8) -> None:
+        bp = self.blueprint
+        for i, role in enumerate(["prefill", "prefill", "decode", "decode"]):
+            address = self.sandbox.next_address()
+            labels = {"pdlift.io/role": role, "pdlift.io/deployment": bp.name,
+                      "node.kubernetes.io/instance-type": bp.aws.instance_type,
+                      "topology.kubernetes.io/zone": "us-east-2a",
+                      "topology.k8s.aws/network-node-layer-1": "nn-l1",
+                      "topology.k8s.aws/network-node-layer-2": "nn-l2",
+                      "topology.k8s.aws/network-node-layer-3": f"nn-l3-{role}"}
+            allocatable = {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "8Gi"}
+            name = f"ip-{address.replace('.', '-')}.us-east-2.compute.internal"
+            self.instance_ids.append(self.sandbox.join(name, labels, [], allocatable, address=address))
+        core = client.CoreV1Api(self.api)
+        wait_for(lambda: len(core.list_node(label_selector=f"pdlift.io/deployment={bp.name}").items) == 4,
+                 what=f"the nodes of {bp.name} to join")
+
+    def cleanup(self) -> None:
+        core = client.CoreV1Api(self.api)
+        names = [self.blueprint.name] + [f"{self.blueprint.name}-{c}" for c in ("blue", "green")]
+        for ns in names:
+            try:
+                core.delete_namespace(ns)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        for iid in self.instance_ids:
+            self.sandbox.leave(iid)
+
+
+def write_blueprint(directory: Path, name: str, engine: dict | None = None, **sections: dict) -> Path:
+    """The sandbox blueprint renamed, with a router port of its own and sections updated."""
+    doc = yaml.safe_load(SANDBOX_BLUEPRINT.read_text())
+    doc["name"] = name
+    doc["engine"].update({"router_port": free_port(), **(engine or {})})
+    for key, values in sections.items():
+        doc[key].update(values)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+class Sites:
+    """``make(gpus=8, **engine_overrides) -> Site`` with its nodes joined; ``cleanup`` removes all."""
+
+    def __init__(self, sandbox, api, tmp_path_factory):
+        self.sandbox, self.api, self.tmp = sandbox, api, tmp_path_factory
+        self.sites: list[Site] = []
+
+    def make(self, gpus: int = 8, **engine) -> Site:
+        name = "dp" + uuid.uuid4().hex[:8]
+        path = write_blueprint(self.tmp.mktemp(name), name, engine)
+        site = Site(self.sandbox, self.api, path, load_blueprint(str(path)))
+        self.sites.append(site)
+        site.join_nodes(gpus)
+        return site
+
+    def cleanup(self) -> None:
+        for site in self.sites:
+            site.cleanup()
+
+
+@pytest.fixture
+def make_site(kube_sandbox, kube_client, tmp_path_factory):
+    """Sites for one test, removed (engines stopped) when it ends."""
+    sites = Sites(kube_sandbox, kube_client, tmp_path_factory)
+    yield sites.make
+    sites.cleanup()
+
+
+@pytest.fixture(scope="module")
+def make_module_site(kube_sandbox, kube_client, tmp_path_factory):
+    """Sites shared by a module's tests, removed after its last test."""
+    sites = Sites(kube_sandbox, kube_client, tmp_path_factory)
+    yield sites.make
+    sites.cleanup()
+
+
+@pytest.fixture(scope="module")
+def http():
+    with EngineHttp(timeout_s=10) as h:
+        yield h
+
+
+@pytest.fixture
+def engine_faults(kube_sandbox):
+    """Write engine fault rules for the stand-in's engines (read at engine start); removed after."""
+    path = kube_sandbox.state_dir / "sandbox" / "engines.json"
+    before = path.read_text() if path.exists() else None
+
+    def add(match: dict, faults: dict) -> None:
+        doc = json.loads(path.read_text()) if path.exists() else {"rules": []}
+        doc["rules"].append({"match": match, "faults": faults})
+        path.write_text(json.dumps(doc))
+
+    yield add
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(before)

@@ -1,0 +1,103 @@
+"""`pdlift deploy` on the sandbox: the candidate comes up, the canary proves the KV path, re-applying
+changes nothing, kubectl sees it, and blue/green rollback removes only the candidate."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+
+import pytest
+
+from cli.main import main
+from tasks.errors import ConfigError, StageFailed
+from tasks.planning.manifests import render_production_service
+from tasks.stages import deploy as stage
+from tasks.stages.deploy_canary import kv_bytes
+
+
+@pytest.fixture(scope="module")
+def blue(make_module_site, kube_sandbox, prefect_harness, tmp_path_factory):
+    """The first deploy of a fresh site through the CLI (flow, tasks, KUBECONFIG): colour blue."""
+    site = make_module_site()
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(kube_sandbox.kubeconfig))
+        mp.setenv("PDLIFT_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        started = time.monotonic()
+        with contextlib.redirect_stdout(out):
+            code = main(["deploy", str(site.path)])
+        wall = time.monotonic() - started
+    assert code == 0
+    result = json.loads(out.getvalue())
+    print(f"\nsandbox bring-up (apply -> canary passed): {result['bring_up_s']:.1f} s; "
+          f"phases {result['phases_s']}; whole CLI call {wall:.1f} s")
+    return site, result
+
+
+def test_pdlift_deploy_brings_up_blue_and_its_canary_proves_kv_moved_over_efa(blue, http):
+    site, result = blue
+    bp = site.blueprint
+    assert result["colour"] == "blue" and result["live_colour"] is None
+    assert result["engines_namespace"] == f"{bp.name}-blue"
+    assert "over efa" in result["canary"] and "over tcp" not in result["canary"]
+    assert list(result["phases_s"]) == ["scheduled", "started", "ready", "router"]
+    # Independently of the stage: the prefill leader really sent KV bytes, over EFA only.
+    leader = site.kube.pods(f"{bp.name}-blue", {"leaderworkerset.sigs.k8s.io/name": "prefill",
+                                               "leaderworkerset.sigs.k8s.io/worker-index": "0"})[0]
+    sent = kv_bytes(http.metrics(f"http://{leader.pod_ip}:{bp.engine.prefill_port}/metrics"), "sent")
+    assert sent["efa"] > 0 and sent.get("tcp", 0) == 0
+
+
+def test_kubectl_get_pods_shows_what_pdlift_applied(blue, kube_sandbox):
+    site, _ = blue
+    name = site.blueprint.name
+    engines = kube_sandbox.kubectl("get", "pods", "-n", f"{name}-blue", "--no-headers").stdout
+    rows = {line.split()[0]: line.split() for line in engines.splitlines()}
+    assert set(rows) == {"prefill-0", "prefill-0-1", "decode-0", "decode-0-1"}
+    assert all(r[1] == "1/1" and r[2] == "Running" for r in rows.values())
+    routers = kube_sandbox.kubectl("get", "pods", "-n", name, "-l", "pdlift.io/colour=blue",
+                                   "--no-headers").stdout.splitlines()
+    assert len(routers) == 2 and all(line.startswith("router-blue-") and "Running" in line for line in routers)
+
+
+def test_applying_the_same_stack_again_changes_nothing(blue):
+    site, _ = blue
+    objects = stage.render(site.blueprint, "blue")
+    current = [site.kube.get(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+               ["metadata"]["resourceVersion"] for o in objects]
+    again = [a.resource_version for a in stage.apply_objects(site.kube, objects)]
+    assert again == current
+
+
+def test_with_blue_live_the_candidate_is_green_and_its_rollback_leaves_blue_untouched(blue):
+    site, _ = blue
+    bp, kube = site.blueprint, site.kube
+    kube.apply(render_production_service(bp, "blue"))  # what promotion will do
+    assert stage.candidate_colour(bp, kube) == ("green", "blue")
+    blue_pods = {p.name: p for p in kube.pods(f"{bp.name}-blue", {})}
+    stage.apply_objects(kube, stage.render(bp, "green"))
+    assert kube.get("v1", "Namespace", f"{bp.name}-green") is not None
+
+    rolled = stage.rollback(bp, kube, "green", wait_s=30)
+
+    assert set(rolled.deleted) == {f"Deployment {bp.name}/router-green", f"Service {bp.name}/router-green",
+                                   f"Namespace {bp.name}-green"}
+    assert kube.get("v1", "Namespace", f"{bp.name}-green") is None
+    assert kube.get("apps/v1", "Deployment", "router-green", bp.name) is None
+    after = {p.name: p for p in kube.pods(f"{bp.name}-blue", {})}
+    assert {n: (p.ready, p.node) for n, p in after.items()} == {n: (True, p.node) for n, p in blue_pods.items()}
+    assert kube.get("apps/v1", "Deployment", "router-blue", bp.name) is not None
+    assert stage.rollback(bp, kube, "green", wait_s=5).deleted == ()  # already gone: a no-op
+
+
+def test_the_live_colour_is_neither_rolled_back_nor_deployed_over(blue, http):
+    site, _ = blue
+    bp, kube = site.blueprint, site.kube
+    kube.apply(render_production_service(bp, "blue"))
+    with pytest.raises(StageFailed, match="live colour"):
+        stage.rollback(bp, kube, "blue")
+    with pytest.raises(ConfigError, match="live colour"):
+        stage.deploy(bp, kube, http, "blue")
+    assert kube.get("v1", "Namespace", f"{bp.name}-blue") is not None
