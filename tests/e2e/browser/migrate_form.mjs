@@ -1,0 +1,47 @@
+// Fill the Prefect UI's `migrate` run form in headless Debian Chromium, submit it, follow the run
+// to Completed and open its artifacts; save a screenshot. Loopback only: every host but 127.0.0.1
+// resolves to nothing (the UI fetches an analytics host even with analytics off).
+// usage: node migrate_form.mjs UI_URL DEPLOYMENT_ID RUN_NAME SCREENSHOT.png
+import { chromium } from './node_modules/playwright-core/index.mjs';
+
+const [ui, deploymentId, runName, screenshot] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium', headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+         '--disable-component-update', '--disable-sync', '--disable-default-apps',
+         '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1'],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1600 } });
+  page.setDefaultTimeout(60_000);
+  await page.goto(`${ui}/deployments/deployment/${deploymentId}/run`, { waitUntil: 'networkidle' });
+
+  const name = page.locator('input[type=text]').first();
+  await name.fill(runName);
+  // The `params` model renders as a nested form: the first switch is "Dry Run".
+  await page.getByText('Dry Run (Optional)').waitFor();
+  const dryRun = page.locator('input[type=checkbox]').nth(0);
+  await page.locator('label:has(input[type=checkbox])').nth(0).click();
+  if (!(await dryRun.isChecked())) throw new Error('could not switch Dry Run on');
+  await page.getByRole('button', { name: 'Submit' }).click();
+
+  // The UI goes back to the deployment's Runs tab; the new run is listed by its name.
+  await page.getByRole('link', { name: runName }).first().click({ timeout: 90_000 });
+  await page.waitForURL(/\/runs\/flow-run\//);
+  const runId = page.url().split('/runs/flow-run/')[1].split(/[?#/]/)[0];
+  const deadline = Date.now() + 240_000;
+  for (;;) {
+    if (await page.getByText('Completed', { exact: true }).first().isVisible().catch(() => false)) break;
+    if (await page.getByText(/^(Failed|Crashed)$/).first().isVisible().catch(() => false)) throw new Error('run failed');
+    if (Date.now() > deadline) throw new Error('run did not complete in time');
+    await page.waitForTimeout(2000);
+    await page.reload({ waitUntil: 'networkidle' });
+  }
+  await page.getByRole('tab', { name: /Artifacts/ }).click().catch(async () => page.getByText('Artifacts').first().click());
+  await page.getByText('plan-sandbox-2p2d').first().waitFor();
+  await page.waitForTimeout(500);
+  await page.screenshot({ path: screenshot, fullPage: true });
+  console.log(JSON.stringify({ flow_run_id: runId }));
+} finally {
+  await browser.close();
+}

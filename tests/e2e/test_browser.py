@@ -1,0 +1,35 @@
+"""A person's path through the Prefect UI: fill the migrate form, start it, see it complete with
+its artifacts. Headless Debian Chromium driven by playwright-core, loopback only."""
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).resolve().parent / "browser"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def test_the_migrate_form_in_the_ui_starts_a_run_that_completes_with_its_artifacts(prefect_deployed):
+    assert shutil.which("node") and Path("/usr/bin/chromium").exists(), "scripts/setup installs node and chromium"
+    assert (HERE / "node_modules" / "playwright-core").exists(), "scripts/setup runs npm install in tests/e2e/browser"
+    ARTIFACTS.mkdir(exist_ok=True)
+    screenshot = ARTIFACTS / "migrate-form-run.png"
+    run_name = f"browser-{uuid.uuid4().hex[:8]}"
+    deployment_id = prefect_deployed.deployment_id("migrate", "migrate")
+    out = subprocess.run(["node", "migrate_form.mjs", prefect_deployed.server.ui, deployment_id, run_name,
+                          str(screenshot)], cwd=HERE, capture_output=True, text=True, timeout=420)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    flow_run_id = json.loads(out.stdout.strip().splitlines()[-1])["flow_run_id"]
+
+    _, run = prefect_deployed.server.http("GET", f"/flow_runs/{flow_run_id}")
+    assert run["name"] == run_name and run["state_type"] == "COMPLETED"
+    assert run["parameters"]["params"]["dry_run"] is True  # what the form's switch sent
+    _, artifacts = prefect_deployed.server.http(
+        "POST", "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}})
+    assert [a["key"] for a in artifacts] == ["plan-sandbox-2p2d"]
+    assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
