@@ -70,7 +70,8 @@ def _fabric(bp_path: str, run_id: str, image: str | None) -> dict:
 def _weights(bp_path: str, run_id: str, image: str | None) -> dict:
     from flows.stage_weights import stage_weights
 
-    progress = stage_weights(bp_path, fleet_ssh_nodes(bp_path, run_id))
+    # write_manifest: objects with no S3 checksum are hashed once into pdlift-manifest.json (reused after)
+    progress = stage_weights(bp_path, fleet_ssh_nodes(bp_path, run_id), write_manifest=True)
     return {"nodes": len(progress)}
 
 

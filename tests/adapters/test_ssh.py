@@ -1,0 +1,216 @@
+"""The SSH adapter against a real OpenSSH sshd on loopback (key auth, pinned host keys)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.adapters.ssh import (NodeShell, RemoteCommandFailed, RemoteCommandTimeout, SshNode,
+                                SshSettings, run_on_all)
+from tasks.adapters.ssh_hostkeys import fingerprint, parse_console_output, parse_key_line
+from tasks.errors import HostKeyMismatch, RemoteUnavailable, StageFailed
+from tests.sandbox.staging.sshd import Sshd, free_port, keygen
+
+pytestmark = pytest.mark.sandbox
+
+CONSOLE = """[   12.3] cloud-init[1012]: Cloud-init v. 22.2.2 finished
+-----BEGIN SSH HOST KEY FINGERPRINTS-----
+256 SHA256:abc root@ip-10-0-0-1 (ED25519)
+-----END SSH HOST KEY FINGERPRINTS-----
+[   12.4] ec2: -----BEGIN SSH HOST KEY KEYS-----
+[   12.4] ec2: {line} root@ip-10-0-0-1
+-----END SSH HOST KEY KEYS-----
+"""
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    server = Sshd.create(tmp_path_factory.mktemp("sshd"), ["127.0.0.21"]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(sshd):
+    return SshSettings(user=sshd.user, key_file=str(sshd.client_key), port=sshd.port,
+                       connect_timeout_s=3, connect_attempts=2, retry_delay_s=0.1)
+
+
+@pytest.fixture
+def node(sshd):
+    return SshNode("i-0node", "127.0.0.21", tuple(parse_console_output(CONSOLE.format(line=sshd.host_key_line))))
+
+
+def _procs_with(marker: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state != "Z":
+            found.append(f"{pid} {cmd}")
+    return found
+
+
+def test_host_keys_pinned_from_console_output_let_a_command_run_and_stream_its_lines(settings, node):
+    lines = []
+    with NodeShell(settings) as shell:
+        result = shell.run(node, ["sh", "-c", "echo one; echo two >&2; echo three"], timeout_s=10,
+                           on_line=lambda stream, line: lines.append((stream, line)))
+    assert result.exit_code == 0
+    assert result.stdout == "one\nthree"
+    assert ("stderr", "two") in lines and ("stdout", "one") in lines and ("stdout", "three") in lines
+
+
+def test_a_changed_host_key_is_refused_naming_host_and_both_fingerprints(settings, sshd, tmp_path):
+    other = keygen(tmp_path / "other_host_key")
+    node = SshNode("i-0changed", "127.0.0.21", (other,))
+    witness = tmp_path / "ran"
+    with NodeShell(settings) as shell, pytest.raises(HostKeyMismatch) as caught:
+        shell.run(node, ["touch", str(witness)], timeout_s=10)
+    message = str(caught.value)
+    assert "i-0changed" in message and "127.0.0.21" in message
+    assert fingerprint(parse_key_line(sshd.host_key_line)) in message
+    assert fingerprint(parse_key_line(other)) in message
+    assert not witness.exists()
+
+
+def test_a_node_without_any_pinned_key_is_refused_before_connecting(settings):
+    with NodeShell(settings) as shell, pytest.raises(HostKeyMismatch, match="no pinned host key"):
+        shell.run(SshNode("i-0unknown", "127.0.0.21"), ["true"], timeout_s=5)
+
+
+def test_an_operator_known_hosts_file_pins_a_node(settings, sshd, tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.21]:{sshd.port} {sshd.host_key_line}\n")
+    with NodeShell(SshSettings(**{**settings.__dict__, "known_hosts": str(known)})) as shell:
+        assert shell.run(SshNode("i-0kh", "127.0.0.21"), ["echo", "ok"], timeout_s=10).stdout == "ok"
+
+
+def test_an_unreachable_node_raises_remote_unavailable_after_bounded_retries(settings):
+    closed = SshNode("i-0gone", "127.0.0.22", ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",),
+                     port=free_port("127.0.0.22"))
+    start = time.monotonic()
+    with NodeShell(settings) as shell, pytest.raises(RemoteUnavailable, match="after 2 attempts") as caught:
+        shell.run(closed, ["true"], timeout_s=5)
+    assert time.monotonic() - start < 5
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+def test_a_rejected_client_key_is_a_stage_failure_not_a_retry(settings, node, tmp_path):
+    keygen(tmp_path / "stranger")
+    with NodeShell(SshSettings(**{**settings.__dict__, "key_file": str(tmp_path / "stranger")})) as shell:
+        with pytest.raises(StageFailed, match="was rejected") as caught:
+            shell.run(node, ["true"], timeout_s=5)
+    assert not isinstance(caught.value, RemoteUnavailable)
+
+
+def test_a_timeout_kills_the_whole_remote_process_group(settings, node):
+    marker = f"pdlift-hang-{os.getpid()}"
+    script = (f"(exec -a {marker}-a sleep 300) & (exec -a {marker}-b sleep 301) & sleep 0.2; "
+              f"echo started; exec -a {marker}-c sleep 302")
+    running = []
+    with NodeShell(settings) as shell:
+        with pytest.raises(RemoteCommandTimeout) as caught:
+            shell.run(node, ["bash", "-c", script], timeout_s=2,
+                      on_line=lambda s, line: running.extend(_procs_with(marker)))
+    assert len(running) >= 2, "the command never got going"
+    assert caught.value.cleaned_up and "killed its process group" in str(caught.value)
+    assert _procs_with(marker) == []
+
+
+def test_shell_metacharacters_in_arguments_are_passed_through_verbatim(settings, node, tmp_path):
+    witness = tmp_path / "pwned"
+    args = [f"; touch {witness}", f"$(touch {witness})", f"`touch {witness}`", f"' && touch {witness} '",
+            "a\nb", "*", "~"]
+    with NodeShell(settings) as shell:
+        result = shell.run(node, ["printf", "%s|"] + args, timeout_s=10)
+    assert result.stdout == "|".join(args) + "|"
+    assert not witness.exists()
+
+
+def test_environment_reaches_the_command_but_no_command_line_and_no_output(settings, node, tmp_path):
+    canary = "pdlift-canary-7f3a9c"
+    seen = tmp_path / "seen"
+    lines = []
+    # The command (on this machine's sshd) records its environment and every ancestor's command line.
+    probe = (f'printenv CANARY > {seen}.env; p=$$; while [ "$p" -gt 1 ]; do '
+             f'tr "\\0" " " < /proc/$p/cmdline >> {seen}.cmdlines; echo >> {seen}.cmdlines; '
+             'l=$(cat /proc/$p/stat); l=${l##*) }; set -- $l; p=$2; done; echo "value=$CANARY"')
+    with NodeShell(settings) as shell:
+        result = shell.run(node, ["sh", "-c", probe], env={"CANARY": canary}, timeout_s=10,
+                           on_line=lambda s, line: lines.append(line))
+    assert Path(f"{seen}.env").read_text().strip() == canary
+    assert canary not in Path(f"{seen}.cmdlines").read_text()
+    assert result.stdout == "value=***" and all(canary not in line for line in lines)
+
+
+def test_a_failing_command_raises_with_its_exit_code_and_stderr(settings, node):
+    with NodeShell(settings) as shell, pytest.raises(RemoteCommandFailed, match="no such thing") as caught:
+        shell.run(node, ["sh", "-c", "echo no such thing >&2; exit 7"], timeout_s=10)
+    assert caught.value.exit_code == 7
+    with NodeShell(settings) as shell:
+        assert shell.run(node, ["false"], timeout_s=10, check=False).exit_code == 1
+
+
+def test_upload_copies_a_file_over_sftp(settings, node, tmp_path):
+    src = tmp_path / "script.py"
+    src.write_text("print('hello')\n")
+    dest = tmp_path / "remote" / "nested" / "script.py"
+    with NodeShell(settings) as shell:
+        shell.upload(node, str(src), str(dest), mode=0o755)
+    assert dest.read_text() == "print('hello')\n" and os.stat(dest).st_mode & 0o777 == 0o755
+
+
+def test_a_node_behind_a_bastion_is_reached_through_it(settings, sshd, node, tmp_path):
+    bastion = Sshd.create(tmp_path / "bastion", ["127.0.0.23"], client_key=sshd.client_key).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(f"[127.0.0.23]:{bastion.port} {bastion.host_key_line}\n")
+        via = SshSettings(**{**settings.__dict__, "known_hosts": str(known),
+                             "bastion": f"{bastion.user}@127.0.0.23:{bastion.port}"})
+        with NodeShell(via) as shell:
+            assert shell.run(node, ["echo", "through"], timeout_s=10).stdout == "through"
+        bastion.stop()
+        with NodeShell(via) as shell, pytest.raises(RemoteUnavailable, match="bastion"):
+            shell.run(node, ["true"], timeout_s=5)
+        known.write_text(f"[127.0.0.23]:{bastion.port} {sshd.host_key_line}\n")  # wrong key for it
+        bastion.start()
+        with NodeShell(via) as shell, pytest.raises(HostKeyMismatch, match="127.0.0.23"):
+            shell.run(node, ["true"], timeout_s=5)
+    finally:
+        bastion.stop()
+
+
+@pytest.mark.slow
+def test_fan_out_to_64_nodes_holds_the_parallelism_bound(tmp_path, sshd):
+    # sshd listens on at most 16 sockets (MAX_LISTEN_SOCKS): 4 daemons x 16 addresses = 64 nodes.
+    daemons = [Sshd.create(tmp_path / f"sshd{d}", [f"127.0.{d + 1}.{i}" for i in range(1, 17)],
+                           port=sshd.port, client_key=sshd.client_key).start() for d in range(4)]
+    try:
+        settings = SshSettings(user=sshd.user, key_file=str(sshd.client_key), port=sshd.port,
+                               connect_timeout_s=10, max_parallel=16)
+        nodes = [SshNode(f"i-{d}{i:02d}", a, (daemon.host_key_line,))
+                 for d, daemon in enumerate(daemons) for i, a in enumerate(daemon.addresses)]
+        stamps = tmp_path / "stamps"
+        stamps.mkdir()
+        with NodeShell(settings) as shell:
+            def job(n: SshNode):
+                return shell.run(n, ["sh", "-c", f'date +%s.%N > {stamps}/{n.name}.a; sleep 0.2; '
+                                                 f'date +%s.%N > {stamps}/{n.name}.b; echo $SSH_CONNECTION'],
+                                 timeout_s=60).stdout
+            outcomes = run_on_all(nodes, job, max_parallel=settings.max_parallel)
+        assert [o.error for o in outcomes] == [None] * 64
+        assert [o.value.split()[2] for o in outcomes] == [n.address for n in nodes]
+        spans = [(float((stamps / f"{n.name}.a").read_text()), float((stamps / f"{n.name}.b").read_text()))
+                 for n in nodes]
+        peak = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
+        assert 1 < peak <= 16
+    finally:
+        for daemon in daemons:
+            daemon.stop()
