@@ -58,8 +58,8 @@ class Deployed:
 
 
 def weights_host_path(bp: Blueprint) -> str:
-    """Where stage 4 put the model on every node's NVMe."""
-    return posixpath.join(bp.staging.local_path, bp.model.name)
+    """Where stage 4 put the model on every node's NVMe: the blueprint's staging.local_path."""
+    return posixpath.normpath(bp.staging.local_path)
 
 
 def live_colour(bp: Blueprint, kube: KubeApply) -> str | None:

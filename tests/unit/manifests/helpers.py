@@ -10,7 +10,7 @@ from tasks.planning.manifests import render_stack
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = load_blueprint(ROOT / "blueprints" / "glm51-fp8-2p2d.yaml")
-WEIGHTS = f"{REFERENCE.staging.local_path}/{REFERENCE.model.name}"
+WEIGHTS = REFERENCE.staging.local_path  # the same path tasks/stages/deploy.weights_host_path gives
 COMBOS = [(e, c) for e in ("vllm", "sglang") for c in ("mooncake", "nixl")]
 
 
