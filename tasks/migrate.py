@@ -72,7 +72,9 @@ def _weights(bp_path: str, run_id: str, image: str | None) -> dict:
 
     # write_manifest: objects with no S3 checksum are hashed once into pdlift-manifest.json (reused after)
     progress = stage_weights(bp_path, fleet_ssh_nodes(bp_path, run_id), write_manifest=True)
-    return {"nodes": len(progress)}
+    return {"nodes": {p.node: {"bytes_total": p.bytes_total, "bytes_fetched": p.bytes_fetched,
+                               "seconds": round(p.seconds, 1)} for p in progress},
+            "bytes_fetched": sum(p.bytes_fetched for p in progress)}
 
 
 def _deploy(bp_path: str, run_id: str, image: str | None) -> dict:
