@@ -48,8 +48,10 @@ def migrate(params: MigrateParams = MigrateParams()) -> dict:
             log.info("stage %s: done in an earlier attempt of run %s, and still there; skipped", stage, run_id)
             summary.append({"stage": stage, "status": "skipped (done)", "seconds": 0.0})
             continue
+        log.info("stage %s: started", stage)
         try:
             summary.append(steps.run_stage(stage, params.blueprint, run_id, params.engine_image))
+            log.info("stage %s: done in %.1f s", stage, summary[-1]["seconds"])
         except Exception as e:
             steps.report_failure(params.blueprint, run_id, stage, e)
             raise

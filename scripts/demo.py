@@ -149,8 +149,8 @@ def _new_log_lines(flow_run_id: str, seen: set) -> list[str]:
     for entry in logs:
         if entry["id"] not in seen:
             seen.add(entry["id"])
-            if entry["level"] >= 20 and "stage" in entry["message"].lower():
-                out.append(entry["message"])
+            if entry["level"] >= 20:
+                out.append(entry["message"].splitlines()[0][:200])  # first line: no tracebacks here
     return out
 
 
