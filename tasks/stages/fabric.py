@@ -1,0 +1,180 @@
+"""Stage 3: prove the GPUs, the EFA devices and the links of every node, and replace bad nodes.
+
+Layers stop early (reference/fabric-validation.md §6): 1 inventory, 2 per-NIC loopback with a
+negative control, 3 single-node all_reduce, 4 pairwise round robin (+ second pass), 5 the whole
+set. A node judged ISOLATE is handed to ``replace`` (terminate, relaunch through the launch
+stage's pieces, pin the new host keys), then validated again; nodes already validated keep
+their results. When a node's slot has used ``fabric.replace_attempts`` replacements, when a
+failure cannot be pinned on a node, or when every node fails the same layer (a common cause:
+image, driver, flags; replacing the fleet would not help), the outcome fails naming the nodes
+and the evidence.
+
+The SSH shell is injected (``Runner``), as are the replacement and the log, so the procedure
+runs unchanged against real p5en nodes and the sandbox's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from blueprints.schema import FabricSpec
+from tasks.errors import FabricCheckFailed, PdliftError
+from tasks.planning import fabric_commands as fc
+from tasks.planning.fabric import VerdictRecord, node_verdicts
+from tasks.stages import fabric_layers as layers
+from tasks.stages.fabric_exec import Runner
+from tasks.stages.fabric_layers import Cache, Ctx, FabricNode, Layer
+from tasks.stages.fabric_pairs import pairwise
+
+Replace = Callable[[FabricNode, str], FabricNode]  # (node to replace, evidence) -> its pinned successor
+
+
+@dataclass
+class PassResult:
+    number: int
+    nodes: tuple[FabricNode, ...]
+    layers: list[Layer] = field(default_factory=list)
+    node_records: tuple[VerdictRecord, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def isolate(self) -> dict[str, str]:
+        return self.layers[-1].isolate if self.layers else {}
+
+    @property
+    def stop(self) -> str | None:
+        return self.layers[-1].stop if self.layers else None
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.layers) and not self.isolate and not self.stop and len(self.layers) == len(
+            _layers_for(len(self.nodes)))
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    nodes: tuple[FabricNode, ...]  # the fleet after any replacement
+    passes: list[PassResult]
+    replaced: list[tuple[str, str, str]]  # (old node, new node, evidence)
+    failure: str | None
+    seconds: float
+    versions: dict[str, dict[str, str]]
+    cache: Cache
+
+    def raise_for_failure(self) -> None:
+        if not self.passed:
+            raise FabricCheckFailed(self.failure or "fabric validation failed")
+
+
+def _layers_for(n: int) -> list[Callable[[Ctx, list[FabricNode]], Layer]]:
+    steps = [layers.inventory, layers.loopback, layers.single_node]
+    if n >= 2:
+        steps.append(pairwise)
+    if n >= 3:  # with two nodes the pair tests already are the whole set
+        steps.append(layers.full_set)
+    return steps
+
+
+def _run_pass(ctx: Ctx, number: int, nodes: list[FabricNode]) -> PassResult:
+    start = time.monotonic()
+    result = PassResult(number, tuple(nodes))
+    for step in _layers_for(len(nodes)):
+        layer = step(ctx, nodes)
+        result.layers.append(layer)
+        ctx.log(f"  {layer.name}: {len(layer.isolate)} to isolate"
+                + (f"; stop: {layer.stop}" if layer.stop else "") + f" ({layer.seconds:.1f} s)")
+        if layer.isolate or layer.stop:
+            break  # stop early: later layers would only repeat what this one found
+    by_layer = [layer.records for layer in result.layers]
+    result.node_records = node_verdicts([n.name for n in nodes], *by_layer)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _failure(names: Sequence[str], isolate: dict[str, str], why: str) -> str:
+    return "; ".join(f"node {n} is ISOLATE ({why}): {isolate[n]}" for n in names)
+
+
+def validate(spec: FabricSpec, nodes: Sequence[FabricNode], runner: Runner, *, replace: Replace | None = None,
+             log: Callable[[str], None] = lambda msg: None, port_base: int | None = None) -> Outcome:
+    """Validate ``nodes`` layer by layer, replacing ISOLATE nodes within the blueprint's bounds.
+
+    Raises ``HostKeyMismatch`` when a node's host key is not the pinned one (nothing is run on
+    it) and ``StageFailed`` when the SSH key is refused; every other failure is in the Outcome.
+    """
+    start = time.monotonic()
+    fleet = list(nodes)
+    if port_base is None:
+        port_base = random.SystemRandom().randrange(fc.PORT_LOW, fc.PORT_LOW + fc.PORT_SPAN)
+    ctx = Ctx(spec, runner, log, port_base)
+    slot_of = {n.name: n.name for n in fleet}  # a replacement inherits its predecessor's slot
+    used: dict[str, int] = {}
+    passes: list[PassResult] = []
+    replaced: list[tuple[str, str, str]] = []
+    failure = None
+    runner.prepare([n.ssh() for n in fleet])
+    for number in range(1, 2 + len(fleet) * spec.replace_attempts):
+        log(f"fabric validation pass {number} over {len(fleet)} node(s)")
+        result = _run_pass(ctx, number, fleet)
+        passes.append(result)
+        if result.passed:
+            break
+        if result.stop:
+            failure = f"{result.layers[-1].name}: {result.stop}"
+            break
+        bad = list(result.isolate)
+        if len(fleet) >= 2 and len(bad) == len(fleet):
+            failure = (f"{result.layers[-1].name}: every node failed, so the cause is common to all (image, "
+                       "driver, tool versions or flags), not a bad node; nothing was replaced. "
+                       + _failure(bad[:2], result.isolate, result.layers[-1].name))
+            break
+        exhausted = [n for n in bad if replace is None or used.get(slot_of[n], 0) >= spec.replace_attempts]
+        if exhausted:
+            why = (f"{result.layers[-1].name}; no replacement left after "
+                   f"{used.get(slot_of[exhausted[0]], 0)} of {spec.replace_attempts} allowed")
+            failure = _failure(exhausted, result.isolate, why)
+            break
+        failure = _replace_all(bad, fleet, result, replace, slot_of, used, replaced, ctx, log)  # type: ignore[arg-type]
+        if failure:
+            break
+    else:
+        failure = failure or "fabric validation did not converge within its replacement bound"
+    versions = {n.name: ctx.cache.inventory[n.name].versions for n in fleet if n.name in ctx.cache.inventory}
+    _nccl_versions(ctx.cache, versions)
+    passed = bool(passes) and passes[-1].passed and failure is None
+    return Outcome(passed, tuple(fleet), passes, replaced, failure, time.monotonic() - start, versions, ctx.cache)
+
+
+def _replace_all(bad: list[str], fleet: list[FabricNode], result: PassResult, replace: Replace,
+                 slot_of: dict[str, str], used: dict[str, int], replaced: list, ctx: Ctx,
+                 log: Callable[[str], None]) -> str | None:
+    """Replace each ISOLATE node in place; the failure in words when a replacement fails."""
+    for name in bad:
+        old = next(n for n in fleet if n.name == name)
+        log(f"replacing {name} ({old.role}): {result.isolate[name]}")
+        try:
+            new = replace(old, result.isolate[name])
+        except PdliftError as e:
+            return (f"node {name} is ISOLATE ({result.layers[-1].name}): {result.isolate[name]}; "
+                    f"replacing it failed: {type(e).__name__}: {e}")
+        slot_of[new.name] = slot_of[name]
+        used[slot_of[name]] = used.get(slot_of[name], 0) + 1
+        replaced.append((name, new.name, result.isolate[name]))
+        ctx.cache.forget(name)
+        fleet[fleet.index(old)] = new
+        ctx.runner.prepare([new.ssh()])
+    return None
+
+
+def _nccl_versions(cache: Cache, versions: dict[str, dict[str, str]]) -> None:
+    for node, run in cache.single.items():
+        if node in versions and run.result is not None:
+            if run.result.nccl_version:
+                versions[node]["nccl"] = str(run.result.nccl_version)
+            if run.result.nccl_tests_version:
+                versions[node]["nccl-tests"] = run.result.nccl_tests_version
+

@@ -1,0 +1,262 @@
+"""Layers 1-3 and 5 of fabric validation: inventory, per-NIC loopback, single node, whole set.
+
+Each layer runs what its nodes still need (results of nodes validated in an earlier pass are
+kept in the ``Cache``), judges every current node with the planning verdicts, and returns a
+``Layer``: its records, the nodes to isolate with their evidence, or a reason to stop the stage
+that no node replacement can fix (the negative control passing, the whole set failing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from blueprints.schema import FabricSpec
+from tasks.adapters.ssh import SshNode, run_on_all
+from tasks.errors import ParseError
+from tasks.parsing.fi_info import FiInfoResult, parse_fi_info
+from tasks.parsing.nvidia_smi import GpuInventory, parse_nvidia_smi
+from tasks.planning import fabric_commands as fc
+from tasks.planning.fabric import (
+    NcclRun, PairRuns, PingpongRun, Verdict, VerdictRecord, judge_full_set, judge_inventory, judge_nics,
+    judge_single_nodes, negative_control,
+)
+from tasks.planning.fabric.pairing import Pair
+from tasks.stages.fabric_exec import Runner, raise_fatal
+
+NIC_PARALLEL = 8  # loopbacks at once on one node: one SSH session each, under sshd's MaxSessions 10
+UNREACHABLE_ATTEMPTS = 2  # each is the SSH adapter's own bounded connection retries
+UNREACHABLE_PAUSE_S = 2.0
+
+
+@dataclass(frozen=True)
+class FabricNode:
+    """A node under validation: ``name`` is its instance id; host keys pinned from its console."""
+
+    name: str
+    address: str
+    role: str
+    host_keys: tuple[str, ...]
+    node_name: str = ""
+    zone: str = ""
+    network_nodes: tuple[str, ...] = ()
+
+    def ssh(self) -> SshNode:
+        return SshNode(self.name, self.address, self.host_keys)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    gpus: GpuInventory | None
+    fi_info: FiInfoResult | None
+    error: str | None
+    versions: dict[str, str]
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self.fi_info.devices("efa") if self.fi_info is not None else ()
+
+
+@dataclass
+class Cache:
+    """What each node and pair measured, kept across passes until the node is replaced."""
+
+    inventory: dict[str, Inventory] = field(default_factory=dict)
+    loopback: dict[tuple[str, str], PingpongRun] = field(default_factory=dict)
+    control: dict[str, PingpongRun] = field(default_factory=dict)
+    single: dict[str, NcclRun] = field(default_factory=dict)
+    pairs: dict[Pair, PairRuns] = field(default_factory=dict)
+    second_pass: dict[Pair, PairRuns] = field(default_factory=dict)
+    full_set: tuple[NcclRun, ...] = ()
+
+    def forget(self, node: str) -> None:
+        for table in (self.inventory, self.control, self.single):
+            table.pop(node, None)
+        for table in (self.loopback, self.pairs, self.second_pass):
+            for key in [k for k in table if node in k]:
+                del table[key]
+        self.full_set = ()
+
+
+@dataclass
+class Layer:
+    name: str
+    records: tuple[VerdictRecord, ...] = ()
+    isolate: dict[str, str] = field(default_factory=dict)  # node -> evidence
+    stop: str | None = None  # why the stage must stop without replacing anything
+    seconds: float = 0.0
+    rounds: int = 0
+    leftovers: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Ctx:
+    spec: FabricSpec
+    runner: Runner
+    log: Callable[[str], None]
+    port_base: int
+    cache: Cache = field(default_factory=Cache)
+    timed_out: set[str] = field(default_factory=set)
+    _n: itertools.count = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ports(self, count: int) -> list[int]:
+        with self._lock:
+            return [fc.port_at(self.port_base, next(self._n)) for _ in range(count)]
+
+    def note_timeouts(self, node: str, runs) -> None:
+        if any(getattr(r, "timed_out", False) for r in runs):
+            with self._lock:
+                self.timed_out.add(node)
+
+    def finish(self, layer: Layer, nodes: list[FabricNode], start: float) -> Layer:
+        """After a layer with a timeout, make sure no process of ours is left on its nodes."""
+        if self.timed_out:
+            layer.leftovers = self.runner.sweep([n.ssh() for n in nodes], f"sweep-{layer.name}")
+            self.timed_out.clear()
+        layer.seconds = time.monotonic() - start
+        return layer
+
+
+def isolating(records) -> dict[str, str]:
+    """Node -> the evidence of its ISOLATE records (a pair record counts for both its nodes)."""
+    out: dict[str, list[str]] = {}
+    for r in records:
+        if r.verdict is Verdict.ISOLATE:
+            for node in r.nodes:
+                out.setdefault(node, []).append(f"{r.subject}: {'; '.join(r.reasons[:3])}")
+    return {n: " | ".join(v[:4]) for n, v in out.items()}
+
+
+def _on_all(ctx: Ctx, nodes: list[FabricNode], fn) -> None:
+    raise_fatal(run_on_all([n.ssh() for n in nodes], fn, max_parallel=ctx.runner.max_parallel))
+
+
+# --- layer 1 ---------------------------------------------------------------------------------------
+
+def _parse(parser, ran) -> tuple[object | None, str | None]:
+    text = ran.stdout if ran.stdout.strip() else ran.stderr
+    try:
+        return parser(text), None
+    except ParseError as e:
+        return None, f"{e} (exit {ran.exit_code}: {ran.tail()})"
+
+
+def _inventory_one(ctx: Ctx, node: SshNode) -> Inventory:
+    for attempt in range(UNREACHABLE_ATTEMPTS):
+        smi = ctx.runner.run(node, fc.gpu_inventory(), f"inventory-{node.name}-nvidia-smi")
+        if smi.error is None or smi.timed_out or attempt + 1 == UNREACHABLE_ATTEMPTS:
+            break
+        time.sleep(UNREACHABLE_PAUSE_S)
+    if smi.error is not None:
+        return Inventory(None, None, smi.error, {})
+    info = ctx.runner.run(node, fc.efa_inventory(), f"inventory-{node.name}-fi_info")
+    version = ctx.runner.run(node, fc.libfabric_version(), f"inventory-{node.name}-fi_info-version")
+    gpus, gpu_error = _parse(parse_nvidia_smi, smi)
+    fi, fi_error = _parse(parse_fi_info, info)
+    versions = dict(fc.parse_versions(version.stdout))
+    if gpus is not None:
+        versions["nvidia driver"] = ", ".join(gpus.driver_versions)
+        versions["gpu model"] = ", ".join(gpus.models)
+    if fi is not None and fi.entries:
+        versions["efa provider"] = fi.entries[0].version or ""
+    return Inventory(gpus, fi, "; ".join(e for e in (gpu_error, fi_error, info.error) if e) or None, versions)
+
+
+def inventory(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+    start, cache = time.monotonic(), ctx.cache
+    todo = [n for n in nodes if n.name not in cache.inventory]
+    ctx.log(f"fabric layer 1 (inventory): {len(todo)} node(s)")
+
+    def one(node: SshNode) -> None:
+        cache.inventory[node.name] = _inventory_one(ctx, node)
+
+    _on_all(ctx, todo, one)
+    records = tuple(judge_inventory(n.name, cache.inventory[n.name].gpus, cache.inventory[n.name].fi_info,
+                                    ctx.spec, error=cache.inventory[n.name].error) for n in nodes)
+    return ctx.finish(Layer("inventory", records, isolating(records)), nodes, start)
+
+
+# --- layer 2 ---------------------------------------------------------------------------------------
+
+def _loopback(ctx: Ctx, ssh: SshNode, device: str | None, test_id: str) -> PingpongRun:
+    """One pinned loopback (device None: the negative control); once more on a fresh port when
+    its control port turned out to be taken, which says nothing about the NIC."""
+    for attempt in (1, 2):
+        port = ctx.ports(1)[0]
+        cmd = fc.negative_control(port, ctx.spec) if device is None else fc.loopback(device, port, ctx.spec)
+        run = ctx.runner.loopback(ssh, cmd, test_id if attempt == 1 else f"{test_id}-again")
+        taken = run.result is not None and any(fc.ADDRESS_IN_USE in e for e in run.result.errors)
+        if not taken:
+            break
+    return run
+
+
+def _loopbacks(ctx: Ctx, node: FabricNode, devices: tuple[str, ...]) -> None:
+    ssh, cache = node.ssh(), ctx.cache
+    cache.control[node.name] = _loopback(ctx, ssh, None, f"loopback-{node.name}-negative-control")
+
+    def one(device: str) -> None:
+        cache.loopback[(node.name, device)] = _loopback(ctx, ssh, device, f"loopback-{node.name}-{device}")
+
+    with ThreadPoolExecutor(max_workers=NIC_PARALLEL, thread_name_prefix="pdlift-nic") as pool:
+        list(pool.map(one, devices))
+    ctx.note_timeouts(node.name, [cache.control[node.name], *(cache.loopback[(node.name, d)] for d in devices)])
+
+
+def loopback(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+    start, cache = time.monotonic(), ctx.cache
+    todo = [n for n in nodes if n.name not in cache.control]
+    ctx.log(f"fabric layer 2 (per-NIC loopback + negative control): {len(todo)} node(s)")
+    by_name = {n.name: n for n in todo}
+    _on_all(ctx, todo, lambda s: _loopbacks(ctx, by_name[s.name], cache.inventory[s.name].devices))
+    names = {n.name for n in nodes}
+    nics = judge_nics({k: r for k, r in cache.loopback.items() if k[0] in names}, ctx.spec)
+    controls = tuple(negative_control(n.name, cache.control[n.name]) for n in nodes)
+    layer = Layer("loopback", (*controls, *nics), isolating(nics))
+    void = [r.subject for r in controls if r.verdict is Verdict.ISOLATE]
+    if void:
+        layer.stop = (f"the loopback pinned to nonexistent device {fc.ABSENT_DEVICE} passed on "
+                      f"{', '.join(void)}: NIC pinning (FI_EFA_IFACE / -d) is not in effect, so no per-NIC "
+                      "result can be trusted; check the EFA installer and libfabric version")
+    return ctx.finish(layer, nodes, start)
+
+
+# --- layer 3 ---------------------------------------------------------------------------------------
+
+def single_node(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+    start, cache = time.monotonic(), ctx.cache
+    todo = [n for n in nodes if n.name not in cache.single]
+    ctx.log(f"fabric layer 3 (single-node all_reduce on {ctx.spec.gpus} GPUs): {len(todo)} node(s)")
+
+    def one(node: SshNode) -> None:
+        run = ctx.runner.nccl(node, "all_reduce", f"single-{node.name}-all_reduce",
+                              lambda path: fc.single_node_all_reduce(ctx.spec, path))
+        cache.single[node.name] = run
+        ctx.note_timeouts(node.name, [run])
+
+    _on_all(ctx, todo, one)
+    records = judge_single_nodes({n.name: cache.single[n.name] for n in nodes}, ctx.spec)
+    return ctx.finish(Layer("single-node", records, isolating(records)), nodes, start)
+
+
+# --- layer 5 ---------------------------------------------------------------------------------------
+
+def full_set(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+    start, cache = time.monotonic(), ctx.cache
+    ctx.log(f"fabric layer 5 (whole set: all_reduce + alltoall over {len(nodes)} nodes)")
+    first, hosts = nodes[0].ssh(), [n.address for n in nodes]
+    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}", lambda path, c=c: fc.across_nodes(c, hosts, ctx.spec, path))
+                 for c in ("all_reduce", "alltoall"))
+    cache.full_set = runs
+    ctx.note_timeouts(first.name, runs)
+    record = judge_full_set([n.name for n in nodes], runs, ctx.spec)
+    layer = Layer("full-set", (record,))
+    if record.verdict is Verdict.ISOLATE:
+        layer.stop = (f"the whole set of {len(nodes)} nodes failed although every node and pair passed: "
+                      + "; ".join(record.reasons[:4]))
+    return ctx.finish(layer, nodes, start)
