@@ -1,0 +1,114 @@
+"""`pdlift benchmark BLUEPRINT [--target URL]` and `pdlift gate RESULTS BASELINE --blueprint BP`.
+
+`benchmark` runs the blueprint's load points against one endpoint (the production Service's
+first ready endpoint unless --target or --colour says otherwise) and writes the raw requests
+and the summaries under the state directory; with --save-baseline the run becomes the baseline
+later gates compare with (how the service being replaced is measured first).
+`gate` judges a results file against a baseline file, offline. Exit codes: 0 PASS, 1 FAIL,
+3 INCONCLUSIVE (2 stays "bad input", as for every pdlift command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
+
+
+def _target(bp, args) -> str:
+    from tasks.adapters.promotion import ServiceRouting
+    from tasks.deploy import kube_api_client
+    from tasks.errors import StackNotReady
+    from tasks.planning.manifests.common import stable_namespace
+    from tasks.planning.manifests.router import router_name
+
+    if args.target:
+        return args.target
+    service = router_name(args.colour) if args.colour else bp.name
+    with kube_api_client(bp) as api:
+        ready = [e for e in ServiceRouting(api).endpoints(stable_namespace(bp), service) if e.ready]
+    if not ready:
+        raise StackNotReady(f"no ready endpoint behind Service {stable_namespace(bp)}/{service}; pass --target URL")
+    return ready[0].url
+
+
+def _progress(done: int, total: int, spec) -> None:
+    if done < total:
+        print(f"[{done + 1}/{total}] {spec.scenario} concurrency {spec.concurrency} repeat {spec.repeat} ...",
+              file=sys.stderr, flush=True)
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _cmd_benchmark(args: argparse.Namespace) -> int:
+    from blueprints.loader import load_blueprint
+    from tasks.adapters.ledger_store import state_dir
+    from tasks.stages import benchmark as bench
+    from tasks.stages.promote import record_baseline
+
+    bp = load_blueprint(args.blueprint)
+    run_id = args.run_id or "cli-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    url = _target(bp, args)
+    print(f"benchmarking {bp.name} at {url} (run {run_id})", file=sys.stderr)
+    run = bench.run_benchmark(bp, url, bench.bench_dir(state_dir(), bp.name, run_id), run_id, progress=_progress)
+    summaries = bench.read_results(run.results_path)
+    print(f"{'scenario':<12} {'conc':>5} {'done':>5} {'err':>4} {'TTFT ms':>9} {'p99':>9} {'TPOT ms':>8} "
+          f"{'p99':>7} {'out tok/s':>10}")
+    for s in sorted(summaries, key=lambda s: (s.scenario, s.concurrency)):
+        print(f"{s.scenario:<12} {s.concurrency:>5} {s.completed:>5} {s.failed:>4} {_fmt(s.ttft.mean):>9} "
+              f"{_fmt(s.ttft.p99):>9} {_fmt(s.tpot.mean, 2):>8} {_fmt(s.tpot.p99, 2):>7} "
+              f"{s.output_tokens_per_s:>10.1f}" + ("  client saturated" if s.client_saturated else ""))
+    for note in {n.input_note for n in run.notes if not n.input_exact} | {n.saturation for n in run.notes
+                                                                          if n.saturation}:
+        print(f"note: {note}")
+    print(f"results: {run.results_path}")
+    if args.save_baseline:
+        path = record_baseline(state_dir(), bp, summaries, run_id, args.colour or "production")
+        print(f"baseline: {path}")
+    return 0
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from blueprints.loader import load_blueprint
+    from tasks.planning.bench_baseline import baseline_from_spec, loads_baseline
+    from tasks.planning.bench_report import render_markdown, report_to_dict
+    from tasks.stages import benchmark as bench
+    from tasks.stages.benchmark_plot import plot_png
+
+    bp = load_blueprint(args.blueprint)
+    summaries = bench.read_results(args.results)
+    if args.baseline == "blueprint":
+        baseline = baseline_from_spec(bp.baseline)
+    else:
+        baseline = loads_baseline(Path(args.baseline).read_text())
+    report = bench.judge(bp, summaries, baseline, seed=args.seed)
+    if args.plot:
+        Path(args.plot).write_bytes(plot_png(summaries, baseline, f"{bp.name}: candidate vs baseline"))
+    print(json.dumps(report_to_dict(report), indent=1) if args.json else render_markdown(report))
+    return EXIT[report.outcome.value]
+
+
+def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
+    p = sub.add_parser("benchmark", help="measure an endpoint with the blueprint's benchmark scenarios")
+    p.add_argument("blueprint")
+    p.add_argument("--target", help="base URL of an OpenAI-compatible server (default: the production Service)")
+    p.add_argument("--colour", choices=["blue", "green"], help="measure this colour's router instead")
+    p.add_argument("--run-id", help="names the run's directory under the state dir (default: cli-<time>)")
+    p.add_argument("--save-baseline", action="store_true", help="record this run as the gate's baseline")
+    handlers["benchmark"] = _cmd_benchmark
+
+    g = sub.add_parser("gate", help="judge benchmark results against a baseline (exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE)")
+    g.add_argument("results", help="results.json written by `pdlift benchmark` or the benchmark stage")
+    g.add_argument("baseline", help="a baseline document (<state>/baselines/<deployment>.json), or the word "
+                                    "'blueprint' for the blueprint's published figures")
+    g.add_argument("--blueprint", required=True, help="the blueprint whose gate rules apply")
+    g.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
+    g.add_argument("--plot", help="also write the TTFT/TPOT plot to this PNG file")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (the verdict is deterministic per seed)")
+    handlers["gate"] = _cmd_gate

@@ -1,0 +1,82 @@
+"""Stage 6 flow: benchmark the candidate colour, gate it, then promote, roll back, or ask a person.
+
+    PASS          -> promote (switch the production Service, check traffic, record the baseline)
+    FAIL          -> roll back (delete the candidate), then fail the run with the gate's reasons
+    INCONCLUSIVE  -> wait for an ``Approval`` (approve: bool) for ``promotion.approval_timeout_s``;
+                     approved -> promote; rejected or no answer in time -> roll back and fail
+
+How the run waits: a run of a deployment is *suspended* (``suspend_flow_run``): its process
+exits and frees the worker, and on resume the flow runs again from the top; the benchmark and
+the gate are cached by (blueprint, colour, run id) with persisted results (``tasks.benchmark``),
+so the replay reuses the measurement and the verdict the person saw. A run without a
+deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
+it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
+A suspended run whose timeout passes is failed by Prefect when someone tries to resume it, and
+no code of this flow runs then: its candidate stays up until ``pdlift teardown`` or the leak
+sweep, which find it by its labels.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prefect import flow, get_run_logger
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
+from prefect.input import RunInput
+
+from blueprints.loader import load_blueprint
+from tasks import benchmark
+from tasks.errors import BenchmarkBelowGate
+
+PAUSE_POLL_S = 2
+
+
+class Approval(RunInput):
+    approve: bool
+    note: str = ""
+
+
+def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) -> tuple[bool | None, str]:
+    """(approved, why); approved is None when nobody answered in time. Suspends a deployment's
+    run, pauses any other (see the module docstring)."""
+    why = "\n".join(f"- {r}" for r in reasons[:20])
+    form = Approval.with_initial_data(
+        description=f"The promotion gate is INCONCLUSIVE:\n\n{why}\n\nReport: `{report}`. Approve to promote "
+                    f"the candidate; reject (or no answer within {timeout_s} s) rolls it back.", approve=False)
+    context = FlowRunContext.get()
+    key = f"gate-approval-{run_id}"
+    try:
+        if context and context.flow_run and context.flow_run.deployment_id:
+            answer = suspend_flow_run(wait_for_input=form, timeout=timeout_s, key=key)
+        else:
+            answer = pause_flow_run(wait_for_input=form, timeout=timeout_s, poll_interval=PAUSE_POLL_S, key=key)
+    except FlowPauseTimeout:
+        return None, f"no decision within {timeout_s} s"
+    note = f": {answer.note}" if answer.note else ""
+    return answer.approve, ("approved" if answer.approve else "rejected") + f" by a person{note}"
+
+
+@flow(name="benchmark-gate")
+def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], run_id: str,
+                        target: str | None = None) -> dict:
+    bp = load_blueprint(blueprint_path)
+    measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target)
+    verdict = benchmark.gate(blueprint_path, colour, run_id, measured)
+    outcome, decision, rollback = verdict["outcome"], f"gate {verdict['outcome']}", benchmark.rollback_candidate
+    if outcome == "INCONCLUSIVE":
+        approved, why = _ask_a_person(run_id, bp.promotion.approval_timeout_s, verdict["reasons"], verdict["report"])
+        outcome, decision = ("PASS" if approved else "FAIL"), f"gate INCONCLUSIVE, {why}"
+        if approved is None:
+            # The run is still Paused on the server, which starts no task run of a paused flow
+            # run: the rollback runs in this process as a plain function.
+            rollback = benchmark.rollback_candidate.fn
+    get_run_logger().info(f"{bp.name} {colour}: {decision}")
+    if outcome == "PASS":
+        promoted = benchmark.promote_candidate(blueprint_path, colour, run_id, verdict["results_path"])
+        return {"outcome": "promoted", "decision": decision, "gate": verdict, "promotion": promoted}
+    rolled_back = rollback(blueprint_path, colour, decision)
+    raise BenchmarkBelowGate(f"{bp.name}: candidate {colour} rolled back ({decision}; deleted "
+                             f"{', '.join(rolled_back['deleted']) or 'nothing'}): " + "; ".join(verdict["reasons"][:5])
+                             + f". Report: {verdict['report']}")

@@ -1,0 +1,128 @@
+"""Stage 6b: promote the candidate colour, or roll it back. Adapters and the clock are injected.
+
+Promote (after a PASS or an approval): apply the production Service rendered for the candidate
+colour (server-side apply; its selector names the colour's router pods), wait until every ready
+endpoint of the production Service is a router of that colour, send a small completion through
+each, then record the candidate's measurements as the new baseline. A switch whose traffic
+check fails is switched back to the previous colour before the error is raised: production is
+never left pointing at routers that do not answer.
+
+Roll back (after a FAIL, a rejection or an approval timeout): delete the candidate's engine
+namespace ``<bp.name>-<colour>`` and its router (Deployment and Service ``router-<colour>`` in
+the stable namespace). The production Service and the live colour are not touched; rolling
+back the colour production routes to is refused. Deleting what is already gone is a no-op, so
+a rollback can be repeated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from blueprints.schema import Blueprint
+from tasks.adapters.promotion import Endpoint, ServiceRouting
+from tasks.errors import PdliftError, StackNotReady, StageFailed
+from tasks.planning.bench_baseline import baseline_from_summaries, dumps_baseline
+from tasks.planning.manifests import render_production_service
+from tasks.planning.manifests.common import COLOUR_LABEL, colour_namespace, stable_namespace
+from tasks.planning.manifests.router import router_name
+from tasks.planning.metrics import ScenarioSummary
+from tasks.stages.benchmark import baseline_path, write_atomic
+from tasks.stages.reserve import Clock
+
+PROBE_PROMPT = "pdlift promotion check: say something"
+PROBE_TOKENS = 4
+
+
+class Completions(Protocol):
+    def stream_completion(self, url: str, model: str, prompt: str, max_tokens: int, timeout_s: float): ...
+
+
+@dataclass(frozen=True)
+class Promotion:
+    colour: str
+    previous: str | None
+    answered: tuple[str, ...]     # production endpoints that served the check request
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    colour: str
+    deleted: tuple[str, ...]      # what existed and was deleted
+
+
+def live_colour(bp: Blueprint, routing: ServiceRouting) -> str | None:
+    selector = routing.selector(stable_namespace(bp), bp.name)
+    return None if selector is None else selector.get(COLOUR_LABEL)
+
+
+def _colour_endpoints(bp: Blueprint, colour: str, routing: ServiceRouting) -> tuple[list[Endpoint], set]:
+    ns = stable_namespace(bp)
+    ready = [e for e in routing.endpoints(ns, bp.name) if e.ready]
+    colours = {routing.pod_labels(ns, e.pod).get(COLOUR_LABEL) for e in ready}
+    return ready, colours
+
+
+def check_traffic(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completions,
+                  clock: Clock = Clock(), timeout_s: float = 120.0, poll_s: float = 0.5) -> tuple[str, ...]:
+    """Wait until the production Service routes only to ``colour``'s routers, then prove each answers."""
+    ns = stable_namespace(bp)
+    deadline = clock.monotonic() + timeout_s
+    while True:
+        ready, colours = _colour_endpoints(bp, colour, routing)
+        if ready and colours == {colour}:
+            break
+        if clock.monotonic() >= deadline:
+            seen = ", ".join(sorted(str(c) for c in colours)) or "no ready endpoint"
+            raise StackNotReady(f"the production Service {ns}/{bp.name} still routes to {seen} "
+                                f"{timeout_s:g} s after switching it to {colour}; check the router pods "
+                                f"router-{colour} in {ns} (kubectl -n {ns} get endpoints {bp.name})")
+        clock.sleep(poll_s)
+    for e in ready:
+        http.stream_completion(e.url + "/v1/completions", bp.model.name, PROBE_PROMPT, PROBE_TOKENS, 60.0)
+    return tuple(e.url for e in ready)
+
+
+def promote(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completions, clock: Clock = Clock(),
+            timeout_s: float = 120.0) -> Promotion:
+    previous = live_colour(bp, routing)
+    routing.apply(render_production_service(bp, colour))
+    try:
+        answered = check_traffic(bp, colour, routing, http, clock, timeout_s)
+    except PdliftError as e:
+        if previous and previous != colour:
+            routing.apply(render_production_service(bp, previous))
+            raise StackNotReady(f"promotion of {colour} undone, production routes to {previous} again: {e}") from e
+        raise
+    return Promotion(colour, previous, answered)
+
+
+def rollback(bp: Blueprint, colour: str, routing: ServiceRouting) -> RolledBack:
+    stable = stable_namespace(bp)
+    if live_colour(bp, routing) == colour:
+        raise StageFailed(f"refusing to roll back {colour}: the production Service {stable}/{bp.name} routes "
+                          f"to it; promote the other colour first")
+    targets = [("apps/v1", "Deployment", router_name(colour), stable),
+               ("v1", "Service", router_name(colour), stable),
+               ("v1", "Namespace", colour_namespace(bp, colour), None)]
+    deleted = []
+    for api, kind, name, ns in targets:
+        # A namespace being deleted answers a second DELETE with 409: leave it to finish.
+        if routing.presence(api, kind, name, ns) == "present" and routing.delete(api, kind, name, ns):
+            deleted.append(f"{kind} {ns + '/' if ns else ''}{name}")
+    return RolledBack(colour, tuple(deleted))
+
+
+def record_baseline(state_dir: Path, bp: Blueprint, summaries: list[ScenarioSummary], run_id: str, colour: str,
+                    now: dt.datetime | None = None) -> Path:
+    """The promoted run becomes the baseline: the current document, plus a copy kept per version."""
+    created = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    baseline = baseline_from_summaries(summaries, source=f"pdlift run {run_id} ({colour}), promoted",
+                                       run_id=run_id, created_at=created, blueprint=bp.name)
+    text = dumps_baseline(baseline)
+    current = baseline_path(state_dir, bp.name)
+    write_atomic(current.parent / bp.name / f"{created.replace(':', '')}-{run_id}.json", text)
+    write_atomic(current, text)
+    return current

@@ -1,0 +1,179 @@
+"""The benchmark-gate flow end to end: the candidate (green) measured through its router in the
+Kubernetes stand-in, judged against blue's recorded baseline, then promoted, rolled back, or
+paused for a person. Faults are injected into green's engines only (tests/sandbox/bench/fixtures.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tasks.adapters.engine_http import EngineHttp
+from tasks.errors import BenchmarkBelowGate
+from tasks.planning.bench_baseline import loads_baseline
+from tasks.planning.manifests.common import COLOUR_LABEL
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+@pytest.fixture(autouse=True)
+def task_results(tmp_path):
+    """Persisted task results (the benchmark and the gate are cached with them) in this test's dir."""
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path / "prefect-results"}):
+        yield
+
+
+def _flow(path: Path, run_id: str) -> dict:
+    from flows.benchmark_gate import benchmark_gate_flow
+
+    return benchmark_gate_flow(str(path), "green", run_id)
+
+
+def _production_colour(stacks) -> str:
+    bp = stacks.blueprint
+    return stacks.kube.get("v1", "Service", bp.name, bp.name)["spec"]["selector"][COLOUR_LABEL]
+
+
+def _snapshot(stacks) -> dict:
+    """What rolling back must not touch: the production Service's version and blue's objects."""
+    bp, k = stacks.blueprint, stacks.kube
+    return {"production": k.get("v1", "Service", bp.name, bp.name)["metadata"]["resourceVersion"],
+            "blue": [k.get(*ref)["metadata"]["uid"] for ref in (
+                ("v1", "Namespace", f"{bp.name}-blue"), ("apps/v1", "Deployment", "router-blue", bp.name),
+                ("v1", "Service", "router-blue", bp.name))]}
+
+
+def _green_is_gone(stacks) -> bool:
+    bp, k = stacks.blueprint, stacks.kube
+    ns = k.get("v1", "Namespace", f"{bp.name}-green")
+    return (ns is None or bool(ns["metadata"].get("deletionTimestamp"))) and \
+        k.get("apps/v1", "Deployment", "router-green", bp.name) is None
+
+
+def _artifact(key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+    found = asyncio.run(read())
+    return found[0] if found else None
+
+
+def _gate_events(deployment: str) -> list[dict]:
+    """The pdlift.gate.* events about this deployment, as automations would see them."""
+    from prefect.client.orchestration import get_client
+
+    async def read() -> list[dict]:
+        async with get_client() as client:
+            for _ in range(40):  # events reach the API asynchronously
+                answer = await client._client.post("/events/filter", json={
+                    "filter": {"event": {"prefix": ["pdlift.gate."]},
+                               "resource": {"id": [f"pdlift.deployment.{deployment}"]}}, "limit": 10})
+                if answer.json().get("events"):
+                    return answer.json()["events"]
+                await asyncio.sleep(0.25)
+            return []
+
+    return asyncio.run(read())
+
+
+class Approver(threading.Thread):
+    """Resumes the paused run of ``run_id`` with ``answer``, as a person in the UI would."""
+
+    def __init__(self, run_id: str, answer: dict, timeout: float = 90.0):
+        super().__init__(daemon=True)
+        self.run_id, self.answer, self.timeout = run_id, answer, timeout
+        self.paused_state: str | None = None
+
+    def run(self) -> None:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+        from prefect.client.schemas.objects import StateType
+        from prefect.flow_runs import resume_flow_run
+
+        paused = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED])))
+        deadline = time.monotonic() + self.timeout
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline:
+                mine = [r for r in client.read_flow_runs(flow_run_filter=paused)
+                        if r.parameters.get("run_id") == self.run_id]
+                if mine:
+                    self.paused_state = mine[0].state.name
+                    resume_flow_run(mine[0].id, run_input=self.answer)
+                    return
+                time.sleep(0.5)
+
+
+def test_an_equal_candidate_passes_and_is_promoted(bench_env):
+    stacks, bp, run_id = bench_env, bench_env.blueprint, "pass-" + uuid.uuid4().hex[:6]
+    result = _flow(stacks.directory / "bp.yaml", run_id)
+    assert result["gate"]["outcome"] == "PASS" and result["outcome"] == "promoted"
+    assert _production_colour(stacks) == "green" and result["promotion"]["previous"] == "blue"
+    # Traffic flows: a request to the production Service's address is served by a green router.
+    endpoint = next(e for e in stacks.routing.endpoints(bp.name, bp.name) if e.ready)
+    assert stacks.routing.pod_labels(bp.name, endpoint.pod)[COLOUR_LABEL] == "green"
+    with EngineHttp() as http:
+        assert http.stream_completion(endpoint.url + "/v1/completions", bp.model.name, "hello", 4, 30).chunks == 4
+    # The run is the new baseline, versioned with its run id; the old one is kept.
+    state = Path(result["promotion"]["baseline"]).parent
+    assert loads_baseline(Path(result["promotion"]["baseline"]).read_text()).run_id == run_id
+    assert any(p.name.endswith(f"-{run_id}.json") for p in (state / bp.name).iterdir())
+    # The report: a plot, and a markdown artifact with the verdict and the plot inline.
+    assert Path(result["gate"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = _artifact(f"gate-{bp.name}").data
+    assert "# Promotion gate: PASS" in markdown and "data:image/png;base64," in markdown
+    assert _artifact(f"gate-{bp.name}-short").type == "table"
+    event = next(e for e in _gate_events(bp.name) if e["payload"].get("run_id") == run_id)
+    assert event["event"] == "pdlift.gate.pass" and event["payload"]["outcome"] == "PASS"
+
+
+def test_a_candidate_20_percent_slower_on_tpot_fails_and_is_rolled_back(bench_env):
+    stacks = bench_env
+    stacks.engine_rules("green", latency={"tpot_scale": 1.2})
+    before = _snapshot(stacks)
+    with pytest.raises(BenchmarkBelowGate, match="tpot_mean") as failed:
+        _flow(stacks.directory / "bp.yaml", "slow-" + uuid.uuid4().hex[:6])
+    assert "rolled back (gate FAIL" in str(failed.value)
+    assert _green_is_gone(stacks)
+    assert _production_colour(stacks) == "blue" and _snapshot(stacks) == before
+
+
+def test_five_percent_request_errors_fail_the_gate(bench_env):
+    stacks = bench_env
+    stacks.engine_rules("green", faults={"error_rate": 0.05}, role="decode")
+    before = _snapshot(stacks)
+    with pytest.raises(BenchmarkBelowGate, match="error_rate") as failed:
+        _flow(stacks.directory / "bp.yaml", "errors-" + uuid.uuid4().hex[:6])
+    assert "2 of 40 requests failed (5.00%)" in str(failed.value)
+    assert _green_is_gone(stacks) and _snapshot(stacks) == before
+
+
+def test_too_few_samples_is_inconclusive_and_an_approval_resumes_the_run_to_promotion(bench_env):
+    stacks, run_id = bench_env, "few-" + uuid.uuid4().hex[:6]
+    path = stacks.write_blueprint("few.yaml", gate={"min_samples": 500})
+    approver = Approver(run_id, {"approve": True, "note": "sandbox noise, numbers look right"})
+    approver.start()
+    result = _flow(path, run_id)
+    approver.join(timeout=5)
+    assert approver.paused_state == "Paused"
+    assert result["gate"]["outcome"] == "INCONCLUSIVE" and result["outcome"] == "promoted"
+    assert "approved by a person: sandbox noise" in result["decision"]
+    assert _production_colour(stacks) == "green"
+
+
+def test_no_decision_within_the_approval_timeout_rolls_the_candidate_back(bench_env):
+    stacks = bench_env
+    path = stacks.write_blueprint("wait.yaml", gate={"min_samples": 500}, promotion={"approval_timeout_s": 3})
+    before = _snapshot(stacks)
+    with pytest.raises(BenchmarkBelowGate, match="no decision within 3 s"):
+        _flow(path, "wait-" + uuid.uuid4().hex[:6])
+    assert _green_is_gone(stacks) and _snapshot(stacks) == before

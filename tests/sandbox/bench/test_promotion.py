@@ -1,0 +1,66 @@
+"""Promotion and rollback against the Kubernetes stand-in, with both colours applied from the
+rendered manifests (production routes to blue; green is the candidate)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.adapters.engine_http import EngineHttp
+from tasks.errors import StackNotReady, StageFailed
+from tasks.planning.manifests.common import COLOUR_LABEL
+from tasks.stages import promote as stage
+from tasks.stages.reserve import Clock
+from tests.fixtures.kube import wait_for
+
+
+def _production(stacks):
+    bp = stacks.blueprint
+    return stacks.kube.get("v1", "Service", bp.name, bp.name)
+
+
+def _colour_objects(stacks, colour: str) -> dict[str, str | None]:
+    """uid of each object of a colour (None when absent): 'untouched' means equal before and after."""
+    bp, k = stacks.blueprint, stacks.kube
+    objects = {"namespace": k.get("v1", "Namespace", f"{bp.name}-{colour}"),
+               "router": k.get("apps/v1", "Deployment", f"router-{colour}", bp.name),
+               "router-service": k.get("v1", "Service", f"router-{colour}", bp.name)}
+    return {what: obj["metadata"]["uid"] if obj else None for what, obj in objects.items()}
+
+
+def test_promotion_switches_the_production_service_and_traffic_flows_through_it(candidate_env):
+    stacks, bp = candidate_env, candidate_env.blueprint
+    with EngineHttp() as http:
+        done = stage.promote(bp, "green", stacks.routing, http, timeout_s=30)
+    assert done.previous == "blue" and done.colour == "green"
+    assert _production(stacks)["spec"]["selector"][COLOUR_LABEL] == "green"
+    # Every endpoint production now has is a green router, and each one served the check.
+    endpoints = [e for e in stacks.routing.endpoints(bp.name, bp.name) if e.ready]
+    assert {stacks.routing.pod_labels(bp.name, e.pod)[COLOUR_LABEL] for e in endpoints} == {"green"}
+    assert sorted(done.answered) == sorted(e.url for e in endpoints) and len(endpoints) == 2
+
+
+def test_rollback_deletes_the_candidate_and_leaves_production_untouched(candidate_env):
+    stacks, bp = candidate_env, candidate_env.blueprint
+    production_before, blue_before = _production(stacks)["metadata"]["resourceVersion"], _colour_objects(stacks, "blue")
+    done = stage.rollback(bp, "green", stacks.routing)
+    assert set(done.deleted) == {f"Deployment {bp.name}/router-green", f"Service {bp.name}/router-green",
+                                 f"Namespace {bp.name}-green"}
+    assert stacks.kube.get("apps/v1", "Deployment", "router-green", bp.name) is None
+    assert _production(stacks)["metadata"]["resourceVersion"] == production_before
+    assert _colour_objects(stacks, "blue") == blue_before and None not in blue_before.values()
+    assert stage.rollback(bp, "green", stacks.routing).deleted == ()   # a second rollback is a no-op
+
+
+def test_rollback_refuses_the_colour_production_routes_to(candidate_env):
+    with pytest.raises(StageFailed, match="refusing to roll back blue"):
+        stage.rollback(candidate_env.blueprint, "blue", candidate_env.routing)
+    assert None not in _colour_objects(candidate_env, "blue").values()
+
+
+def test_a_switch_whose_traffic_check_fails_is_switched_back(candidate_env):
+    stacks, bp = candidate_env, candidate_env.blueprint
+    stacks.kube.delete("apps/v1", "Deployment", "router-green", bp.name)   # green has no router left
+    wait_for(lambda: not stacks.routing.endpoints(bp.name, "router-green"), what="the green routers to go")
+    with EngineHttp() as http, pytest.raises(StackNotReady, match="undone, production routes to blue"):
+        stage.promote(bp, "green", stacks.routing, http, Clock(), timeout_s=3)
+    assert _production(stacks)["spec"]["selector"][COLOUR_LABEL] == "blue"
