@@ -168,7 +168,10 @@ def finish(blueprint_path: str, run_id: str, summary: list[dict]) -> dict:
     bp = load_blueprint(blueprint_path)
     ledger = open_run(bp, run_id).ledger
     now = dt.datetime.now(dt.timezone.utc)
-    verdict = (ledger.outputs.get("benchmark") or {}).get("outcome", "not run")
+    bench = ledger.outputs.get("benchmark") or {}
+    verdict = bench.get("decision") or bench.get("outcome") or "not run"
+    if bench.get("outcome"):
+        verdict = f"{verdict} -> {bench['outcome']}"
     rows = "\n".join(f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary)
     markdown = (f"## Migration {bp.name}, run {run_id}\n\n| stage | status | seconds |\n|---|---|---|\n{rows}\n\n"
                 f"Gate verdict: **{verdict}**\n\n" + ledger_plan.render_markdown(ledger, now))
