@@ -6,6 +6,12 @@ Against a SeaweedFS of its own on loopback, with a multi-shard safetensors model
 interleaved so drift hits all tools alike; the median counts. Prints MB/s per tool with the CPU
 seconds the client and the S3 server used, and as the last line ``ratio_vs_s5cmd=X.XX``.
 
+Fairness: every run writes fresh files into an emptied directory after ``sync``, from the same
+warm S3 server. The ratio times each tool until it exits: the stager's files are then verified,
+fsynced and renamed, while s5cmd's may still sit as dirty pages. The "on disk" column adds a
+``sync`` after each tool, for the durable comparison. s5cmd runs with its own defaults (256
+workers, 5 parts of 50 MiB per file), which did as well as any setting tried on this model.
+
     .venv/bin/python scripts/bench/staging.py [--shards 8 --shard-mb 256 --reps 3]
 """
 
@@ -80,16 +86,27 @@ def self_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def stager_flags(args) -> list[str]:
+    return ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_mb),
+            "--open-files", str(args.open_files)] + (["--buffered"] if args.buffered else [])
+
+
+def s5cmd_flags(args) -> tuple[list[str], list[str]]:
+    return (["--numworkers", str(args.s5cmd_numworkers)],
+            ["--concurrency", str(args.s5cmd_concurrency), "--part-size", str(args.s5cmd_part_mb)])
+
+
 def run_pdlift(dest: Path, env: dict, manifest_file: Path, args) -> None:
     subprocess.run([SYSTEM_PYTHON, str(ROOT / "scripts" / "node" / "stage_weights.py"), "stage", "--dest", str(dest),
-                    "--manifest", str(manifest_file), "--concurrency", str(args.concurrency),
-                    "--part-size-mb", str(args.part_mb), "--open-files", str(args.open_files),
-                    "--progress-interval", "60"], env=env, check=True, stdout=subprocess.DEVNULL)
+                    "--manifest", str(manifest_file), *stager_flags(args), "--progress-interval", "60"],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def run_s5cmd(dest: Path, env: dict, endpoint: str) -> None:
+def run_s5cmd(dest: Path, env: dict, endpoint: str, args) -> None:
     s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
-    subprocess.run([s5cmd, "--endpoint-url", endpoint, "cp", f"s3://{BUCKET}/{PREFIX}*.safetensors", f"{dest}/"],
+    before, after = s5cmd_flags(args)
+    subprocess.run([s5cmd, "--endpoint-url", endpoint, *before, "cp", *after,
+                    f"s3://{BUCKET}/{PREFIX}*.safetensors", f"{dest}/"],
                    env=env, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -107,9 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--shard-mb", type=int, default=256)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--part-mb", type=int, default=8)
-    p.add_argument("--open-files", type=int, default=4)
+    # from a sweep on 2 cores (4-32 streams, 8-64 MiB parts, 2-8 open files): 8 streams keep up
+    # with loopback; more cost CPU in thread switches and in fresh buffer memory (slow to touch
+    # on this VM), smaller parts cost the S3 server more requests
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--part-mb", type=int, default=32)
+    p.add_argument("--open-files", type=int, default=8)
+    p.add_argument("--buffered", action="store_true", help="stager writes through the page cache (no O_DIRECT)")
+    p.add_argument("--s5cmd-numworkers", type=int, default=256)
+    p.add_argument("--s5cmd-concurrency", type=int, default=5)
+    p.add_argument("--s5cmd-part-mb", type=int, default=50)
     p.add_argument("--dest-root", default=tempfile.gettempdir(), help="destination disk for all three tools")
     args = p.parse_args(argv)
 
@@ -130,11 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         keys = [e.key for e in manifest.entries]
         tools = {
             "pdlift stager (sha256 verified, fsync)": lambda d: run_pdlift(d, env, manifest_file, args),
-            "s5cmd cp (no verification)": lambda d: run_s5cmd(d, env, endpoint),
+            "s5cmd cp (no verification)": lambda d: run_s5cmd(d, env, endpoint, args),
             "boto3 download_file (classic)": lambda d: run_boto3(d, s3, keys),
         }
         times = {name: [] for name in tools}
+        durable = {name: [] for name in tools}
         cpu = {name: [] for name in tools}
+        load_before = os.getloadavg()
         for rep in range(args.reps):
             for name, fn in tools.items():
                 dest = dest_root / f"run-{rep}"
@@ -143,23 +169,29 @@ def main(argv: list[str] | None = None) -> int:
                 c0, w0, t0 = children_cpu() + self_cpu(), cpu_of(weed.pid), time.perf_counter()
                 fn(dest)
                 seconds = time.perf_counter() - t0
-                times[name].append(seconds)
                 cpu[name].append((children_cpu() + self_cpu() - c0, cpu_of(weed.pid) - w0))
+                os.sync()
+                times[name].append(seconds)
+                durable[name].append(time.perf_counter() - t0)
                 got = sum(f.stat().st_size for f in dest.iterdir() if f.name.endswith(".safetensors"))
                 if got != total:
                     raise SystemExit(f"{name}: wrote {got} bytes, expected {total}")
                 shutil.rmtree(dest, ignore_errors=True)
+        load_after = os.getloadavg()
         print(f"model: {args.shards} x {args.shard_mb} MiB = {total / 1e9:.2f} GB, SeaweedFS on loopback, "
               f"{os.cpu_count()} CPUs, {args.reps} repetitions, median; destination {dest_root}")
+        print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; stager "
+              f"{' '.join(stager_flags(args))}; s5cmd {' '.join(sum(s5cmd_flags(args), []))}")
         rates = {}
         for name in tools:
             median = statistics.median(times[name])
             rates[name] = total / median / 1e6
+            on_disk = total / statistics.median(durable[name]) / 1e6
             client_cpu = statistics.median(c for c, _ in cpu[name])
             server_cpu = statistics.median(s for _, s in cpu[name])
             runs = ", ".join(f"{t:.2f}" for t in times[name])
-            print(f"{name:<40} {rates[name]:8.1f} MB/s  (runs {runs} s; CPU client {client_cpu:.1f} s, "
-                  f"S3 server {server_cpu:.1f} s)")
+            print(f"{name:<40} {rates[name]:8.1f} MB/s  (runs {runs} s; on disk {on_disk:.1f} MB/s; "
+                  f"CPU client {client_cpu:.1f} s, S3 server {server_cpu:.1f} s)")
         pdlift, s5 = list(rates.values())[0], list(rates.values())[1]
         print(f"ratio_vs_s5cmd={pdlift / s5:.2f}")
         return 0

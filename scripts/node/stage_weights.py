@@ -9,8 +9,9 @@ Shipped to each node over SFTP by ``tasks/weights.py`` and run with the node's s
     stage_weights.py stage --dest DIR --manifest - [--concurrency 64 --part-size-mb 64 ...]
 
 Per file: parts are fetched concurrently (more streams than line rate / 5 Gbps) into
-``NAME.pdlift-partial`` with If-Match on the manifest's ETag, hashed in order as parts complete,
-fsynced and renamed into place only when the checksum matches. A journal beside the partial file
+``NAME.pdlift-partial`` with If-Match on the manifest's ETag (written with O_DIRECT unless
+``--buffered``; see stager_job.py), hashed in order as parts complete, fsynced and renamed into
+place only when the checksum matches. A journal beside the partial file
 lists the parts on disk, so a killed run resumes by range; a verified file is recorded in
 ``.pdlift-staged.json`` and skipped next time. Progress goes to stdout as JSON lines.
 
@@ -152,13 +153,16 @@ class Stager:
                  elapsed_s=round(now - s.started, 3))
         return now, fetched
 
+    def job(self, plan):
+        return FileJob(plan, self.part_size, self.stats, self.out, direct=not self.args.buffered)
+
     def stage(self, plans):
         self.part_size = self.args.part_size_mb << 20
         total = sum(p.entry["size"] for p in plans)
         self.stats = Stats(total, len(plans))
         ready = [p for p in plans if p.state == "verified"]
         self.stats.add(done=sum(p.entry["size"] for p in ready), files_=len(ready))
-        jobs = [FileJob(p, self.part_size, self.stats, self.out) for p in plans if p.state != "verified"]
+        jobs = [self.job(p) for p in plans if p.state != "verified"]
         self.out("start", bytes_total=total, files_total=len(plans), files_present=len(ready),
                  bytes_present=self.stats.bytes_done + sum(j.local_bytes for j in jobs))
         self.done = threading.Event()
@@ -168,7 +172,7 @@ class Stager:
             self.run_pass(jobs)
             redo = [j for j in jobs if j.needs_redo and not self.stop.is_set()]
             # a resumed or pre-existing file failed its hash: fetch it once more, whole
-            again = [FileJob(j.plan.fresh(), self.part_size, self.stats, self.out) for j in redo]
+            again = [self.job(j.plan.fresh()) for j in redo]
             if again:
                 self.run_pass(again)
             for job in [j for j in jobs if not j.needs_redo] + again:
@@ -224,6 +228,7 @@ def parse_args(argv):
     p.add_argument("--max-retries", type=int, default=8)
     p.add_argument("--free-margin", type=float, default=0.05)
     p.add_argument("--progress-interval", type=float, default=1.0)
+    p.add_argument("--buffered", action="store_true", help="write through the page cache, not O_DIRECT")
     args = p.parse_args(argv)
     if args.concurrency < 1 or args.part_size_mb < 1 or args.open_files < 1:
         p.error("--concurrency, --part-size-mb and --open-files must be positive")
