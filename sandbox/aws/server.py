@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from werkzeug.wrappers import Request, Response
 
-from sandbox.aws import json_services, query
+from sandbox.aws import json_services, query, rest_actions
 from sandbox.aws.config import AwsConfig
 from sandbox.aws.ec2 import Ec2Service
 from sandbox.aws.faults import FaultBook
@@ -90,7 +90,8 @@ class AwsFront:
         form = query.parse_form(body, request.query_string.decode()) if _is_form(request) \
             else {}
         target_header = headers.get("X-Amz-Target", "")
-        entry["action"] = form.get("Action") or target_header.rsplit(".", 1)[-1] or None
+        entry["action"] = (form.get("Action") or target_header.rsplit(".", 1)[-1]
+                           or rest_actions.action_for(service or "", request.method, request.path))
         if service == "ec2":
             action = form.get("Action", "")
             if action in query.operation_names():

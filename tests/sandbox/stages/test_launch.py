@@ -7,6 +7,7 @@ import pytest
 from tasks.adapters import eks as eks_adapter
 from tasks.adapters.kube_nodes import KubeNodes
 from tasks.errors import StageFailed
+from tasks.planning.iam import actions
 from tasks.stages import launch as launch_stage
 from tasks.stages import reserve as reserve_stage
 from tasks.stages import teardown
@@ -63,6 +64,9 @@ def test_four_nodes_launch_into_the_reservation_join_and_prefill_sits_on_the_clo
         for i in adapters.instances.describe(ids=[n.instance_id for n in fleet.nodes]):
             assert i.reservation_id == reserved.reservation_id and i.efa_interfaces == 16
         assert {e.kind for e in run.ledger.entries} >= {"launch-template", "instance"}
+        made = {f"{r['service']}:{r['action']}".replace("service-quotas:", "servicequotas:")
+                for r in fleet_env.admin.requests()}
+        assert made <= set(actions()), f"not in `pdlift iam-policy`: {made - set(actions())}"
     finally:
         _release(adapters, bp)
     assert tagged(fleet_env, bp.name) == {}
