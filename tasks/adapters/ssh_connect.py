@@ -95,7 +95,7 @@ class Connector:
             client = paramiko.SSHClient()
             for key in pinned:
                 client.get_host_keys().add(host_id(address, port), key.get_name(), key)
-            client.set_missing_host_key_policy(PinnedKeyPolicy(pinned))  # never AutoAddPolicy
+            client.set_missing_host_key_policy(PinnedKeyPolicy(pinned))  # unknown or changed keys are refused
             try:
                 sock = self._jump(address, port) if s.bastion and jump else None
                 client.connect(address, port, username=user or s.user, pkey=self._pkey, sock=sock,

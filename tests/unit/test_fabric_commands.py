@@ -4,7 +4,6 @@ scripts, whose positional parameters must reach the tools as literal words."""
 from __future__ import annotations
 
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from blueprints.schema import FabricSpec
 from tasks.planning import fabric_commands as fc
+from sandbox.s3 import free_port as _free_port
 
 SPEC = FabricSpec(test_timeout_s=40, judge_size_bytes=1 << 30)
 
@@ -134,12 +134,6 @@ def test_every_command_is_an_argument_list_of_strings():
 LISTEN = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); "
           "s.listen(); print('served'); time.sleep(float(sys.argv[2]))")
 ECHO = "import sys; print('client argv:', sys.argv[1:])"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _loopback(server: list[str], client: list[str], port: int, wait_s: int = 5) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from sandbox.s3 import free_port  # noqa: F401 - re-exported for the aws tests
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 2.0) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from tasks.planning.manifests import render_production_service, render_stack
 from tasks.planning.manifests.common import colour_namespace, stable_namespace
 from tasks.planning.manifests.router import router_name
 from tests.fixtures.kube import wait_for
+from sandbox.s3 import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[3]
 SANDBOX_BLUEPRINT = REPO / "blueprints" / "sandbox-2p2d.yaml"
@@ -51,12 +51,6 @@ GATE = {"slo": {"ttft_ms": 5000, "tpot_ms": 200}, "min_samples": 20, "max_error_
                   {"metric": "tpot_mean", "max_ratio": 1.10, "critical": True},
                   {"metric": "output_tokens_per_s", "min_ratio": 0.80},
                   {"metric": "itl_mean", "report_only": True}]}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

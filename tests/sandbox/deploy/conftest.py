@@ -9,7 +9,6 @@ the end deletes what was deployed and the join records.
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,17 +23,12 @@ from tasks.adapters.engine_http import EngineHttp
 from tasks.adapters.kube_apply import KubeApply
 from tasks.stages.deploy_wait import WaitLimits
 from tests.fixtures.kube import wait_for
+from sandbox.s3 import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 SANDBOX_BLUEPRINT = REPO / "blueprints" / "sandbox-2p2d.yaml"
 # Fast enough for the stand-in, whose pods start in seconds; the fail-fast paths do not wait.
 FAST = WaitLimits(scheduled_s=30, started_s=60, ready_s=60, router_s=30, unschedulable_grace_s=2, poll_s=1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """SSH helpers for the sandbox node tests: host keys pinned from the console output, as the
-product's SSH adapter must do it (RejectPolicy, never AutoAddPolicy)."""
+product's SSH adapter must do it (RejectPolicy: unknown keys refused)."""
 
 from __future__ import annotations
 

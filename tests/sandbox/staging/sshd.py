@@ -15,14 +15,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from sandbox.s3 import free_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path, kind: str = "ed25519") -> str:
