@@ -25,10 +25,17 @@ try {
   if (!(await dryRun.isChecked())) throw new Error('could not switch Dry Run on');
   await page.getByRole('button', { name: 'Submit' }).click();
 
-  // The UI goes back to the deployment's Runs tab; the new run is listed by its name.
-  await page.getByRole('link', { name: runName }).first().click({ timeout: 90_000 });
-  await page.waitForURL(/\/runs\/flow-run\//);
-  const runId = page.url().split('/runs/flow-run/')[1].split(/[?#/]/)[0];
+  // The UI goes back to the deployment page; find the run the form created by its name (the
+  // page's run list refreshes on its own schedule) and open it.
+  let runId = null;
+  for (const until = Date.now() + 90_000; !runId && Date.now() < until; await page.waitForTimeout(1000)) {
+    const found = await page.request.post(`${ui}/api/flow_runs/filter`,
+      { data: { flow_runs: { name: { any_: [runName] } } } });
+    const runs = found.ok() ? await found.json() : [];
+    if (runs.length) runId = runs[0].id;
+  }
+  if (!runId) throw new Error(`no flow run named ${runName} was created by the form`);
+  await page.goto(`${ui}/runs/flow-run/${runId}`, { waitUntil: 'networkidle' });
   const deadline = Date.now() + 240_000;
   for (;;) {
     if (await page.getByText('Completed', { exact: true }).first().isVisible().catch(() => false)) break;

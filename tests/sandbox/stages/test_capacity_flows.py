@@ -13,6 +13,7 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     from flows.launch_nodes import launch_nodes_flow
     from flows.reserve_capacity import reserve_capacity_flow
@@ -35,8 +36,9 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
     async def ledger_artifact():
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["cost-ledger-sandbox-2p2d"])))
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["cost-ledger-sandbox-2p2d"])),
+                sort=ArtifactSort.CREATED_DESC)
 
-    final = [a.data for a in asyncio.run(ledger_artifact()) if "| instance |" in a.data]
-    assert final, "teardown published no final cost ledger"
+    final = [a.data for a in asyncio.run(ledger_artifact())]  # newest first: teardown's
+    assert final and "| instance |" in final[0], "teardown published no final cost ledger"
     assert "| capacity-reservation |" in final[0] and "Still billing: $0.00/h" in final[0]
