@@ -152,7 +152,7 @@ def _count_crashes(kube: KubeApply, pods: dict[str, list[PodInfo]], crashes: dic
                     crashes[what].add((p.uid, c.name, c.finished_at or c.restarts))
                     if len(crashes[what]) >= limit:
                         raise _failure(kube, [p], "CrashLoopBackOff",
-                                       f"the {what} pods are crash-looping ({len(crashes[what])} crashes); pod "
+                                       f"the {what} pods are crash-looping (CrashLoopBackOff: {len(crashes[what])} crashes); pod "
                                        f"{p.namespace}/{p.name} container {c.name} has last exit code "
                                        f"{c.exit_code} ({c.terminated_reason or 'Error'})")
 
