@@ -288,7 +288,8 @@ class BenchmarkSpec(Frozen):
 class PromotionSpec(Frozen):
     strategy: Literal["blue-green"] = "blue-green"
     approval_timeout_s: PositiveInt = 3600
-    keep_previous_colour_s: Annotated[int, Field(ge=0)] = 0
+    # After a promotion the replaced colour stays up this long (instant switch-back), then is deleted.
+    keep_previous_colour_s: Annotated[int, Field(ge=0, le=86400)] = 0
 
 
 class SandboxSpec(Frozen):

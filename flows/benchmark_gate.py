@@ -1,6 +1,7 @@
 """Stage 6 flow: benchmark the candidate colour, gate it, then promote, roll back, or ask a person.
 
-    PASS          -> promote (switch the production Service, check traffic, record the baseline)
+    PASS          -> promote (switch the production Service, check traffic, record the baseline),
+                     then retire the previous colour after ``promotion.keep_previous_colour_s``
     FAIL          -> roll back (delete the candidate), then fail the run with the gate's reasons
     INCONCLUSIVE  -> wait for an ``Approval`` (approve: bool) for ``promotion.approval_timeout_s``;
                      approved -> promote; rejected or no answer in time -> roll back and fail
@@ -75,7 +76,9 @@ def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], r
     get_run_logger().info(f"{bp.name} {colour}: {decision}")
     if outcome == "PASS":
         promoted = benchmark.promote_candidate(blueprint_path, colour, run_id, verdict["results_path"])
-        return {"outcome": "promoted", "decision": decision, "gate": verdict, "promotion": promoted}
+        retired = benchmark.retire_previous_colour(blueprint_path, promoted)
+        return {"outcome": "promoted", "decision": decision, "gate": verdict, "promotion": promoted,
+                "retired": retired}
     rolled_back = rollback(blueprint_path, colour, decision)
     raise BenchmarkBelowGate(f"{bp.name}: candidate {colour} rolled back ({decision}; deleted "
                              f"{', '.join(rolled_back['deleted']) or 'nothing'}): " + "; ".join(verdict["reasons"][:5])

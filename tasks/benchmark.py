@@ -117,3 +117,20 @@ def rollback_candidate(blueprint_path: str, colour: str, why: str) -> dict:
     get_run_logger().warning(f"{bp.name}: rolled back {colour} ({why}): deleted " + (", ".join(done.deleted) or
                                                                                     "nothing (already gone)"))
     return {"colour": done.colour, "deleted": list(done.deleted), "why": why}
+
+
+@task(cache_policy=NO_CACHE)
+def retire_previous_colour(blueprint_path: str, promoted: dict) -> dict | None:
+    """After a promotion: the colour it replaced is deleted once the blueprint's keep window ends."""
+    bp = load_blueprint(blueprint_path)
+    log = get_run_logger()
+    if promoted.get("previous") and bp.promotion.keep_previous_colour_s:
+        log.info(f"{bp.name}: keeping {promoted['previous']} for {bp.promotion.keep_previous_colour_s} s "
+                 f"(promotion.keep_previous_colour_s) before deleting it")
+    with kube_api_client(bp) as api:
+        done = promotion.retire_previous(bp, promoted.get("previous"), promoted["colour"], ServiceRouting(api))
+    if done is None:
+        return None
+    log.info(f"{bp.name}: previous colour {done.colour} " + (done.skipped or "retired: deleted " + (
+        ", ".join(done.deleted) or "nothing (already gone)")))
+    return {"colour": done.colour, "kept_s": done.kept_s, "deleted": list(done.deleted), "skipped": done.skipped}

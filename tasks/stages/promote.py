@@ -7,6 +7,11 @@ each, then record the candidate's measurements as the new baseline. A switch who
 check fails is switched back to the previous colour before the error is raised: production is
 never left pointing at routers that do not answer.
 
+Retire (after a promotion completes): the previous colour stays up for
+``promotion.keep_previous_colour_s`` (an instant switch-back while the new colour proves itself;
+0 retires it at once), then it is deleted like a rollback, so its GPUs are free for the next
+candidate. A previous colour that production routes to again by then is kept.
+
 Roll back (after a FAIL, a rejection or an approval timeout): delete the candidate's engine
 namespace ``<bp.name>-<colour>`` and its router (Deployment and Service ``router-<colour>`` in
 the stable namespace). The production Service and the live colour are not touched; rolling
@@ -113,6 +118,29 @@ def rollback(bp: Blueprint, colour: str, routing: ServiceRouting) -> RolledBack:
         if routing.presence(api, kind, name, ns) == "present" and routing.delete(api, kind, name, ns):
             deleted.append(f"{kind} {ns + '/' if ns else ''}{name}")
     return RolledBack(colour, tuple(deleted))
+
+
+@dataclass(frozen=True)
+class Retired:
+    colour: str
+    kept_s: int
+    deleted: tuple[str, ...]
+    skipped: str = ""             # why nothing was deleted, when that was decided
+
+
+def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing: ServiceRouting,
+                    clock: Clock = Clock()) -> Retired | None:
+    """Delete the colour a promotion replaced, after the blueprint's keep window. None when there
+    was no other colour to retire."""
+    if not previous or previous == promoted:
+        return None
+    keep = bp.promotion.keep_previous_colour_s
+    if keep:
+        clock.sleep(keep)
+    live = live_colour(bp, routing)
+    if live == previous:
+        return Retired(previous, keep, (), f"production routes to {previous} again; it is kept")
+    return Retired(previous, keep, rollback(bp, previous, routing).deleted)
 
 
 def record_baseline(state_dir: Path, bp: Blueprint, summaries: list[ScenarioSummary], run_id: str, colour: str,

@@ -49,11 +49,15 @@ def _snapshot(stacks) -> dict:
                 ("v1", "Service", "router-blue", bp.name))]}
 
 
-def _green_is_gone(stacks) -> bool:
+def _colour_is_gone(stacks, colour: str) -> bool:
     bp, k = stacks.blueprint, stacks.kube
-    ns = k.get("v1", "Namespace", f"{bp.name}-green")
+    ns = k.get("v1", "Namespace", f"{bp.name}-{colour}")
     return (ns is None or bool(ns["metadata"].get("deletionTimestamp"))) and \
-        k.get("apps/v1", "Deployment", "router-green", bp.name) is None
+        k.get("apps/v1", "Deployment", f"router-{colour}", bp.name) is None
+
+
+def _green_is_gone(stacks) -> bool:
+    return _colour_is_gone(stacks, "green")
 
 
 def _artifact(key: str):
@@ -118,6 +122,9 @@ def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     result = _flow(stacks.directory / "bp.yaml", run_id)
     assert result["gate"]["outcome"] == "PASS" and result["outcome"] == "promoted"
     assert _production_colour(stacks) == "green" and result["promotion"]["previous"] == "blue"
+    # The promotion completed, so the colour it replaced is retired (keep_previous_colour_s: 0).
+    assert result["retired"]["colour"] == "blue" and f"Namespace {bp.name}-blue" in result["retired"]["deleted"]
+    assert _colour_is_gone(stacks, "blue")
     # Traffic flows: a request to the production Service's address is served by a green router.
     endpoint = next(e for e in stacks.routing.endpoints(bp.name, bp.name) if e.ready)
     assert stacks.routing.pod_labels(bp.name, endpoint.pod)[COLOUR_LABEL] == "green"

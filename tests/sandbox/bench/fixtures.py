@@ -194,6 +194,7 @@ def candidate_env(colour_stacks, tmp_path, monkeypatch):
     monkeypatch.setenv("PDLIFT_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("KUBECONFIG", str(colour_stacks.sandbox.kubeconfig))
     colour_stacks.engine_rules()
+    colour_stacks.deploy("blue")  # a test that promoted green has retired blue
     colour_stacks.route_production_to("blue")
     colour_stacks.deploy("green")
     yield colour_stacks

@@ -64,3 +64,31 @@ def test_a_switch_whose_traffic_check_fails_is_switched_back(candidate_env):
     with EngineHttp() as http, pytest.raises(StackNotReady, match="undone, production routes to blue"):
         stage.promote(bp, "green", stacks.routing, http, Clock(), timeout_s=3)
     assert _production(stacks)["spec"]["selector"][COLOUR_LABEL] == "blue"
+
+
+def _keeping(bp, seconds: int):
+    return bp.model_copy(update={"promotion": bp.promotion.model_copy(update={"keep_previous_colour_s": seconds})})
+
+
+def test_after_a_promotion_the_previous_colour_is_deleted_once_the_keep_window_ends(candidate_env):
+    stacks, bp = candidate_env, _keeping(candidate_env.blueprint, 600)
+    with EngineHttp() as http:
+        done = stage.promote(bp, "green", stacks.routing, http, timeout_s=30)
+    slept: list[float] = []
+    retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing, Clock(sleep=slept.append))
+    assert slept == [600] and retired.colour == "blue" and retired.kept_s == 600
+    assert set(retired.deleted) == {f"Deployment {bp.name}/router-blue", f"Service {bp.name}/router-blue",
+                                    f"Namespace {bp.name}-blue"}
+    assert stacks.kube.get("apps/v1", "Deployment", "router-blue", bp.name) is None
+    assert None not in _colour_objects(stacks, "green").values()          # the new live colour is untouched
+    assert _production(stacks)["spec"]["selector"][COLOUR_LABEL] == "green"
+
+
+def test_a_previous_colour_production_routes_to_again_is_kept(candidate_env):
+    stacks, bp = candidate_env, candidate_env.blueprint
+    blue_before = _colour_objects(stacks, "blue")
+    # green was promoted, then someone switched production back to blue within the keep window
+    retired = stage.retire_previous(bp, "blue", "green", stacks.routing, Clock(sleep=lambda s: None))
+    assert retired.deleted == () and "routes to blue again" in retired.skipped
+    assert _colour_objects(stacks, "blue") == blue_before
+    assert stage.retire_previous(bp, None, "green", stacks.routing) is None   # a first promotion has none
