@@ -4,7 +4,9 @@
 first ready endpoint unless --target or --colour says otherwise) and writes the raw requests
 and the summaries under the state directory; with --save-baseline the run becomes the baseline
 later gates compare with (how the service being replaced is measured first).
-`gate` judges a results file against a baseline file, offline. Exit codes: 0 PASS, 1 FAIL,
+`gate` judges a results file against a baseline file, offline. `rollback BLUEPRINT COLOUR` deletes
+a candidate colour by hand (its namespace and router; refused for the colour production routes to),
+e.g. after a suspended approval ran out of time. Exit codes: 0 PASS, 1 FAIL,
 3 INCONCLUSIVE (2 stays "bad input", as for every pdlift command).
 """
 
@@ -94,6 +96,19 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     return EXIT[report.outcome.value]
 
 
+def _cmd_rollback(args) -> int:
+    from blueprints.loader import load_blueprint
+    from tasks.adapters.promotion import ServiceRouting
+    from tasks.deploy import kube_api_client
+    from tasks.stages import promote
+
+    bp = load_blueprint(args.blueprint)
+    with kube_api_client(bp) as api:
+        done = promote.rollback(bp, args.colour, ServiceRouting(api))
+    print(f"{bp.name}: rolled back {done.colour}: deleted " + (", ".join(done.deleted) or "nothing (already gone)"))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     p = sub.add_parser("benchmark", help="measure an endpoint with the blueprint's benchmark scenarios")
     p.add_argument("blueprint")
@@ -112,3 +127,8 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     g.add_argument("--plot", help="also write the TTFT/TPOT plot to this PNG file")
     g.add_argument("--seed", type=int, default=0, help="bootstrap seed (the verdict is deterministic per seed)")
     handlers["gate"] = _cmd_gate
+
+    r = sub.add_parser("rollback", help="delete a candidate colour (refused for the colour production routes to)")
+    r.add_argument("blueprint")
+    r.add_argument("colour", choices=["blue", "green"])
+    handlers["rollback"] = _cmd_rollback

@@ -13,8 +13,8 @@ so the replay reuses the measurement and the verdict the person saw. A run witho
 deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
 it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
 A suspended run whose timeout passes is failed by Prefect when someone tries to resume it, and
-no code of this flow runs then: its candidate stays up until ``pdlift teardown`` or the leak
-sweep, which find it by its labels.
+no code of this flow runs then: its candidate stays up until ``pdlift rollback BLUEPRINT COLOUR``
+(or ``pdlift teardown``) deletes it.
 """
 
 from __future__ import annotations

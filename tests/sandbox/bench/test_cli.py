@@ -49,3 +49,14 @@ def test_pdlift_gate_judges_a_results_file_against_a_baseline_file(colour_stacks
                  "--plot", str(plot)]) == code
     assert f"# Promotion gate: {verdict}" in capsys.readouterr().out
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pdlift_rollback_deletes_the_candidate_and_refuses_the_live_colour(candidate_env, capsys):
+    stacks, bp = candidate_env, candidate_env.blueprint
+    path = str(stacks.directory / "bp.yaml")
+    assert main(["rollback", path, "green"]) == 0
+    assert f"rolled back green: deleted Deployment {bp.name}/router-green" in capsys.readouterr().out
+    assert stacks.kube.get("apps/v1", "Deployment", "router-green", bp.name) is None
+    assert main(["rollback", path, "blue"]) == 1          # production routes to blue
+    assert "refusing to roll back blue" in capsys.readouterr().err
+    assert stacks.kube.get("apps/v1", "Deployment", "router-blue", bp.name) is not None
