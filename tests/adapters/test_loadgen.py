@@ -16,6 +16,7 @@ import time
 import pytest
 from aiohttp import web
 
+from tests.timing import timing
 from blueprints.schema import SloSpec
 from sandbox.engines.latency import LatencyModel
 from tasks.adapters.loadgen import LoadSpec, run_load
@@ -43,6 +44,7 @@ def _measure(url: str, **spec) -> tuple:
     return result, summarize(result.records, result.duration_s, SloSpec(), result.saturated)
 
 
+@timing
 @pytest.mark.parametrize("concurrency, duration", [(1, 4.0), (64, 3.5)])
 def test_measured_ttft_and_tpot_are_within_3_percent_of_the_latency_model(engine, concurrency, duration):
     n = 1000
@@ -89,6 +91,7 @@ def test_prompts_fit_a_tokenizer_that_does_not_count_one_token_per_word():
     assert asyncio.run(fitted(300)) == [300] * 12
 
 
+@timing
 def test_120k_token_prompts_stream_correctly(plain_engine):
     url = plain_engine
     n = 120_000
@@ -153,6 +156,7 @@ def quirky_server():
     loop.close()
 
 
+@timing
 def test_ttft_is_stamped_on_the_first_content_token_not_on_a_role_only_chunk(quirky_server):
     started = time.monotonic()
     result, s = _measure(quirky_server, input_tokens=30, output_tokens=3, concurrency=1, duration_s=0.5,

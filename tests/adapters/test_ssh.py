@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import timing
 from tasks.adapters.ssh import (NodeShell, RemoteCommandFailed, RemoteCommandTimeout, SshNode,
                                 SshSettings, run_on_all)
 from tasks.adapters.ssh_hostkeys import fingerprint, parse_console_output, parse_key_line
@@ -92,6 +93,7 @@ def test_an_operator_known_hosts_file_pins_a_node(settings, sshd, tmp_path):
         assert shell.run(SshNode("i-0kh", "127.0.0.21"), ["echo", "ok"], timeout_s=10).stdout == "ok"
 
 
+@timing
 def test_an_unreachable_node_raises_remote_unavailable_after_bounded_retries(settings):
     closed = SshNode("i-0gone", "127.0.0.22", ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",),
                      port=free_port("127.0.0.22"))
@@ -110,6 +112,7 @@ def test_a_rejected_client_key_is_a_stage_failure_not_a_retry(settings, node, tm
     assert not isinstance(caught.value, RemoteUnavailable)
 
 
+@timing
 def test_a_timeout_kills_the_whole_remote_process_group(settings, node):
     marker = f"pdlift-hang-{os.getpid()}"
     script = (f"(exec -a {marker}-a sleep 300) & (exec -a {marker}-b sleep 301) & sleep 0.2; "

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import timing
+
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
+@timing
 def test_the_migrate_form_in_the_ui_starts_a_run_that_completes_with_its_artifacts(prefect_deployed):
     assert shutil.which("node") and Path("/usr/bin/chromium").exists(), "scripts/setup installs node and chromium"
     assert (HERE / "node_modules" / "playwright-core").exists(), "scripts/setup runs npm install in tests/e2e/browser"

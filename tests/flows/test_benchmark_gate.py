@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import timing
 from tasks.adapters.engine_http import EngineHttp
 from tasks.errors import BenchmarkBelowGate
 from tasks.planning.bench_baseline import loads_baseline
@@ -117,6 +118,7 @@ class Approver(threading.Thread):
                 time.sleep(0.5)
 
 
+@timing
 def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     stacks, bp, run_id = bench_env, bench_env.blueprint, "pass-" + uuid.uuid4().hex[:6]
     result = _flow(stacks.directory / "bp.yaml", run_id)
@@ -143,6 +145,7 @@ def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     assert event["event"] == "pdlift.gate.pass" and event["payload"]["outcome"] == "PASS"
 
 
+@timing
 def test_a_candidate_20_percent_slower_on_tpot_fails_and_is_rolled_back(bench_env):
     stacks = bench_env
     stacks.engine_rules("green", latency={"tpot_scale": 1.2})

@@ -10,6 +10,7 @@ import time
 import pytest
 from kubernetes import client
 
+from tests.timing import timing
 from blueprints.loader import load_blueprint
 from tasks.adapters.kube_apply import KubeApply
 from tasks.errors import ConfigError
@@ -27,6 +28,7 @@ def _deploy_fails(site, http) -> tuple[StackFailure, float]:
     return failed.value, time.monotonic() - started
 
 
+@timing
 def test_a_bad_engine_flag_fails_the_stage_on_crash_loop_back_off_with_the_log_and_events(make_site, http):
     site = make_site(extra_args=["--no-such-flag"])
     failure, took = _deploy_fails(site, http)
@@ -41,6 +43,7 @@ def test_a_bad_engine_flag_fails_the_stage_on_crash_loop_back_off_with_the_log_a
     assert took < 30
 
 
+@timing
 def test_an_image_that_cannot_be_pulled_fails_the_stage_on_image_pull_back_off(make_site, http, kube_sandbox):
     image = "registry.sandbox.test/missing/vllm@sha256:" + "0" * 64
     fault = kube_sandbox.fault(fault="image-pull", image_prefix="registry.sandbox.test/missing/")
@@ -54,6 +57,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_stage_on_image_pull_back_off(m
     assert took < 30
 
 
+@timing
 def test_more_gpus_than_the_nodes_have_fails_fast_naming_failed_scheduling(make_site, http):
     site = make_site(gpus=4)  # the pods ask for 8
     failure, took = _deploy_fails(site, http)

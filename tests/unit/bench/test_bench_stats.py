@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.timing import timing
 from tasks.planning.bench_stats import bootstrap_ratio_ci, mann_whitney_u, normal_sf
 
 MALES = [19, 22, 16, 29, 24]      # scipy.stats.mannwhitneyu's documented example
@@ -93,6 +94,7 @@ def test_a_zero_baseline_has_no_ratio():
     assert bootstrap_ratio_ci([], [1.0], "mean", 0.95, seed=0) is None
 
 
+@timing
 def test_many_thousand_samples_stay_fast_and_narrow():
     rng = random.Random(8)
     a = [rng.expovariate(1.0) for _ in range(20000)]
