@@ -120,8 +120,10 @@ def weed_command(state_dir: Path, ports: S3Ports, weed: str | None = None) -> li
     data = state_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     identity = write_identity(state_dir / "s3-identity.json")
+    logs = state_dir / "logs"  # weed's own log files; /tmp by default
+    logs.mkdir(parents=True, exist_ok=True)
     argv = [
-        weed or weed_binary(), "mini", f"-dir={data}",
+        weed or weed_binary(), f"-logdir={logs}", "mini", f"-dir={data}",
         "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
         "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
         f"-s3.config={identity}", "-volume.preStopSeconds=0",
