@@ -20,6 +20,7 @@ from blueprints.schema import Blueprint
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.errors import ConfigError, PdliftError
 from tasks.planning import ledger as ledger_plan
+from tasks.planning import resume
 from tasks.runs import aws_adapters, open_run
 
 
@@ -120,23 +121,32 @@ def _ledger(blueprint_path: str, run_id: str):
 
 @task(cache_policy=NO_CACHE)
 def already_done(blueprint_path: str, run_id: str, stage: str) -> bool:
-    """Done in an earlier attempt AND what it made still exists."""
+    """Done in an earlier attempt AND what it made still exists (tasks.planning.resume)."""
     bp = load_blueprint(blueprint_path)
     ledger = open_run(bp, run_id).ledger
     if stage not in ledger.stages_done or stage == "benchmark":
         return False
     aws = aws_adapters(bp)
-    if stage == "reserve":
-        rid = (ledger.outputs.get("reserve") or {}).get("reservation_id")
-        r = aws.capacity.reservation(rid) if rid else None
-        return bool(r and r.state in ("active", "pending"))
-    ids = [n["instance_id"] for n in (ledger.outputs.get("launch") or {}).get("nodes", [])]
-    running = {i.instance_id for i in aws.instances.describe(ids=ids) if i.state == "running"} if ids else set()
-    fleet_intact = bool(ids) and running == set(ids)
-    if stage in ("launch", "fabric", "weights"):
-        # fabric and weights were done on exactly these nodes; a replaced node needs them again
-        return fleet_intact
-    return fleet_intact and stage == "deploy" and bool(ledger.outputs.get("deploy"))
+    rid, ids = resume.reservation_id(ledger), resume.launched_ids(ledger)
+    reservation = aws.capacity.reservation(rid) if stage == "reserve" and rid else None
+    running = frozenset(i.instance_id for i in aws.instances.describe(ids=ids) if i.state == "running") \
+        if ids and stage != "reserve" else frozenset()
+    colour = resume.deployed_colour(ledger)
+    observed = resume.Observed(reservation.state if reservation else None, running,
+                               stage == "deploy" and bool(colour) and _colour_present(bp, colour))
+    return resume.still_done(stage, ledger, observed)
+
+
+def _colour_present(bp: Blueprint, colour: str) -> bool:
+    from tasks.adapters.promotion import ServiceRouting
+    from tasks.deploy import kube_api_client
+    from tasks.planning.manifests.common import colour_namespace, stable_namespace
+    from tasks.planning.manifests.router import router_name
+
+    with kube_api_client(bp) as api:
+        routing = ServiceRouting(api)
+        return (routing.presence("v1", "Namespace", colour_namespace(bp, colour)) == "present" and
+                routing.presence("apps/v1", "Deployment", router_name(colour), stable_namespace(bp)) == "present")
 
 
 # --- reporting --------------------------------------------------------------------------------

@@ -1,0 +1,49 @@
+"""When a migrate run is re-run with the same run id: is a stage the ledger calls done still done?
+
+A stage is skipped only if what it made is still there, as observed now:
+- reserve: its reservation is active or pending;
+- launch, fabric, weights: every launched instance is running (fabric and weights were done on
+  exactly those nodes; a replaced or stopped node needs them again);
+- deploy: the fleet is intact and the candidate colour it brought up still exists (a gate FAIL,
+  a rejection or a hand rollback deletes it, and the next attempt must deploy again);
+- benchmark: never (a re-run measures and judges again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.planning.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Observed:
+    reservation_state: str | None = None     # of the reservation the ledger names
+    running: frozenset[str] = frozenset()   # launched instance ids that are running
+    candidate_present: bool = False          # the deployed colour's router and namespace exist
+
+
+def launched_ids(ledger: Ledger) -> list[str]:
+    return [n["instance_id"] for n in (ledger.outputs.get("launch") or {}).get("nodes", [])]
+
+
+def reservation_id(ledger: Ledger) -> str | None:
+    return (ledger.outputs.get("reserve") or {}).get("reservation_id")
+
+
+def deployed_colour(ledger: Ledger) -> str | None:
+    return (ledger.outputs.get("deploy") or {}).get("colour")
+
+
+def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:
+    if stage not in ledger.stages_done or stage == "benchmark":
+        return False
+    if stage == "reserve":
+        return bool(reservation_id(ledger)) and observed.reservation_state in ("active", "pending")
+    ids = launched_ids(ledger)
+    fleet_intact = bool(ids) and observed.running == frozenset(ids)
+    if stage in ("launch", "fabric", "weights"):
+        return fleet_intact
+    if stage == "deploy":
+        return fleet_intact and bool(deployed_colour(ledger)) and observed.candidate_present
+    return False

@@ -1,0 +1,54 @@
+"""Which stages a re-run of the same run id may skip: done in the ledger AND still there now."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tasks.planning.ledger import Ledger
+from tasks.planning.resume import Observed, still_done
+
+IDS = ("i-0a", "i-0b", "i-0c", "i-0d")
+DONE = Ledger("sandbox-2p2d", "run1", "2026-11-29T00:00:00Z",
+              stages_done=("reserve", "launch", "fabric", "weights", "deploy", "benchmark"),
+              outputs={"reserve": {"reservation_id": "cr-1"},
+                       "launch": {"nodes": [{"instance_id": i} for i in IDS]},
+                       "deploy": {"colour": "green"}})
+ALL_THERE = Observed("active", frozenset(IDS), True)
+
+
+@pytest.mark.parametrize("stage", ["reserve", "launch", "fabric", "weights", "deploy"])
+def test_a_stage_done_whose_results_are_all_there_is_skipped(stage):
+    assert still_done(stage, DONE, ALL_THERE)
+
+
+def test_the_benchmark_is_never_skipped():
+    assert not still_done("benchmark", DONE, ALL_THERE)
+
+
+@pytest.mark.parametrize("stage", ["reserve", "launch", "deploy"])
+def test_a_stage_the_ledger_does_not_call_done_runs(stage):
+    assert not still_done(stage, replace(DONE, stages_done=()), ALL_THERE)
+
+
+@pytest.mark.parametrize("state, skipped", [("active", True), ("pending", True), ("cancelled", False),
+                                            ("expired", False), (None, False)])
+def test_reserve_is_skipped_only_while_its_reservation_can_still_hold_the_fleet(state, skipped):
+    assert still_done("reserve", DONE, replace(ALL_THERE, reservation_state=state)) is skipped
+
+
+@pytest.mark.parametrize("stage", ["launch", "fabric", "weights", "deploy"])
+def test_one_node_gone_means_every_stage_on_the_fleet_runs_again(stage):
+    assert not still_done(stage, DONE, replace(ALL_THERE, running=frozenset(IDS[:3])))
+
+
+def test_a_deploy_whose_candidate_was_rolled_back_runs_again():
+    # A gate FAIL deleted the candidate; a re-run must not benchmark a colour that is gone.
+    assert not still_done("deploy", DONE, replace(ALL_THERE, candidate_present=False))
+    assert still_done("weights", DONE, replace(ALL_THERE, candidate_present=False))
+
+
+def test_a_ledger_without_the_outputs_it_needs_never_skips():
+    bare = replace(DONE, outputs={})
+    assert not any(still_done(s, bare, ALL_THERE) for s in ("reserve", "launch", "deploy"))
