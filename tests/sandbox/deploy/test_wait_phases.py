@@ -41,7 +41,8 @@ def test_a_group_recreated_after_every_crash_still_fails_as_a_crash_loop():
     with pytest.raises(StackFailure) as failed:
         wait_for_stack(kube, GROUP, lambda pods: [], LIMITS, _clock())
     assert failed.value.reason == "CrashLoopBackOff"
-    assert "crash-looping (CrashLoopBackOff: 3 crashes)" in str(failed.value) and "unrecognized arguments" in str(failed.value)
+    message = str(failed.value)
+    assert "crash-looping (CrashLoopBackOff: 3 crashes)" in message and "unrecognized arguments" in message
 
 
 def test_pending_shorter_than_the_grace_is_waited_out():
