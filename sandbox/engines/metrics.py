@@ -12,6 +12,10 @@ LATENCY_BUCKETS = (
 )
 
 
+# vLLM's buckets for bytes per NIXL transfer: 2 kB up to 16 GB.
+BYTE_BUCKETS = tuple(float(2 ** e) for e in range(11, 35))
+
+
 def _labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
@@ -50,9 +54,9 @@ class Registry:
         self._help[name] = ("gauge", help_text)
         self._gauges[name] = read
 
-    def histogram(self, name: str, help_text: str) -> None:
+    def histogram(self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
         self._help[name] = ("histogram", help_text)
-        self._histograms[name] = Histogram()
+        self._histograms[name] = Histogram(buckets)
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())))

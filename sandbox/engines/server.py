@@ -80,7 +80,7 @@ async def _announce_ready(cfg: EngineConfig, states: list[EngineState]) -> None:
 async def _serve(cfg: EngineConfig, settings: Settings) -> int:
     protocol = cfg.kv.resolve(cfg.env, settings.faults.tcp_fallback) if cfg.kv else None
     _startup_log(cfg, protocol)
-    counters = KvCounters(cfg, protocol or "none")
+    counters = KvCounters(cfg, protocol or "none", exporter=not settings.faults.no_kv_exporter)
     ports = cfg.api_ports or [cfg.port]
     states = [EngineState(cfg, settings, counters, rank, port) for rank, port in enumerate(ports)]
     stop = asyncio.Event()

@@ -23,6 +23,8 @@ Faults (all off by default):
     tcp_fallback: bool           the KV protocol resolves to tcp whatever the config asks
     error_rate: float            this fraction of requests fail (deterministic: every 1/rate-th)
     error_mode: "http" | "stream"  HTTP 500 before streaming, or an error event after token 1
+    no_kv_exporter: bool         a stock image: no pdlift_sandbox_kv_* counters, only the engine's
+                                 own metrics (vLLM's vllm:nixl_* and external prefix cache counters)
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Faults:
     tcp_fallback: bool = False
     error_rate: float = 0.0
     error_mode: str = "http"
+    no_kv_exporter: bool = False
 
     @classmethod
     def from_dict(cls, data: dict) -> "Faults":

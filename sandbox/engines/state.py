@@ -10,7 +10,7 @@ import time
 import uuid
 
 from sandbox.engines.config import EngineConfig
-from sandbox.engines.metrics import Registry
+from sandbox.engines.metrics import BYTE_BUCKETS, Registry
 from sandbox.engines.settings import Settings, sandbox_dir
 
 
@@ -21,33 +21,50 @@ def log(message: str, level: str = "INFO") -> None:
 
 
 class KvCounters:
-    """Process-wide KV transfer counters, shared by every rank of the process."""
+    """Process-wide KV transfer counters, shared by every rank of the process.
 
-    def __init__(self, cfg: EngineConfig, protocol: str):
+    Two sets: pdlift's KV-transfer exporter (``pdlift_sandbox_kv_*``, by direction and protocol;
+    absent from a stock image, the ``no_kv_exporter`` fault), and what vLLM itself exports for
+    its NIXL connector, on the side that reads the KV (decode): ``vllm:nixl_bytes_transferred``
+    and ``vllm:nixl_xfer_time_seconds`` histograms, ``vllm:nixl_num_failed_transfers_total``."""
+
+    def __init__(self, cfg: EngineConfig, protocol: str, exporter: bool = True):
         self.protocol = protocol
         self.registry = Registry()
+        self.exporter = exporter and cfg.kv is not None
+        self.native_nixl = cfg.engine == "vllm" and cfg.kv is not None and cfg.kv.library == "nixl"
         r = self.registry
-        r.counter("pdlift_sandbox_kv_transfer_bytes_total", "KV cache bytes moved between prefill and decode.")
-        r.counter("pdlift_sandbox_kv_transfers_total", "KV cache transfers (one per request).")
-        r.counter("pdlift_sandbox_kv_transfer_seconds_total", "Time spent moving KV cache.")
-        r.counter("pdlift_sandbox_kv_transfer_failures_total", "KV transfers that failed, by reason.")
-        r.counter("pdlift_sandbox_kv_recomputed_prefills_total", "Prefills a decode engine recomputed.")
-        kv = cfg.kv
-        info = [({"library": kv.library, "backend": kv.backend, "protocol": protocol}, 1.0)] if kv else []
-        r.gauge("pdlift_sandbox_kv_protocol_info", "The KV transfer protocol this engine resolved.", lambda: info)
-        if kv:
+        if self.exporter:
+            r.counter("pdlift_sandbox_kv_transfer_bytes_total", "KV cache bytes moved between prefill and decode.")
+            r.counter("pdlift_sandbox_kv_transfers_total", "KV cache transfers (one per request).")
+            r.counter("pdlift_sandbox_kv_transfer_seconds_total", "Time spent moving KV cache.")
+            r.counter("pdlift_sandbox_kv_transfer_failures_total", "KV transfers that failed, by reason.")
+            r.counter("pdlift_sandbox_kv_recomputed_prefills_total", "Prefills a decode engine recomputed.")
+            kv = cfg.kv
+            info = [({"library": kv.library, "backend": kv.backend, "protocol": protocol}, 1.0)]
+            r.gauge("pdlift_sandbox_kv_protocol_info", "The KV transfer protocol this engine resolved.", lambda: info)
             for direction in ("sent", "received"):  # present from the start, as zeros
                 r.inc("pdlift_sandbox_kv_transfer_bytes_total", 0, direction=direction, protocol=protocol)
                 r.inc("pdlift_sandbox_kv_transfers_total", 0, direction=direction, protocol=protocol)
+        if self.native_nixl:
+            r.histogram("vllm:nixl_bytes_transferred", "Bytes transferred per NIXL KV Cache transfer.", BYTE_BUCKETS)
+            r.histogram("vllm:nixl_xfer_time_seconds", "Transfer duration for NIXL KV Cache transfers.")
+            r.counter("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers.")
+            r.inc("vllm:nixl_num_failed_transfers_total", 0)
 
     def moved(self, direction: str, protocol: str, nbytes: int, seconds: float) -> None:
         r = self.registry
         r.inc("pdlift_sandbox_kv_transfer_bytes_total", nbytes, direction=direction, protocol=protocol)
         r.inc("pdlift_sandbox_kv_transfers_total", 1, direction=direction, protocol=protocol)
         r.inc("pdlift_sandbox_kv_transfer_seconds_total", seconds, direction=direction, protocol=protocol)
+        if self.native_nixl and direction == "received":
+            r.observe("vllm:nixl_bytes_transferred", nbytes)
+            r.observe("vllm:nixl_xfer_time_seconds", seconds)
 
     def failed(self, reason: str) -> None:
         self.registry.inc("pdlift_sandbox_kv_transfer_failures_total", 1, reason=reason)
+        if self.native_nixl:
+            self.registry.inc("vllm:nixl_num_failed_transfers_total", 1)
 
 
 class EngineState:

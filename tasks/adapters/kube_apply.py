@@ -255,6 +255,17 @@ class KubeApply:
         return ""
 
 
+    def log_head(self, namespace: str, pod: str, container: str | None = None, limit_bytes: int = 2 << 20) -> str:
+        """The first ``limit_bytes`` of the container's current log (its start-up lines). Empty when
+        there is none yet."""
+        path = resource_path("v1", "Pod", pod, namespace) + "/log"
+        query = [("limitBytes", str(limit_bytes))] + ([("container", container)] if container else [])
+        try:
+            return self._call("GET", path, f"read the log of {namespace}/{pod}", query, raw=True)
+        except RequestRejected:
+            return ""
+
+
 def _pod(p: dict) -> PodInfo:
     meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}

@@ -188,7 +188,17 @@ def run_canary(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str,
     url = f"http://{router.pod_ip}:{router.ports.get('http', bp.engine.router_port)}/v1/completions"
     done = http.stream_completion(url, bp.model.name, canary.canary_prompt(tokens), options.canary_max_tokens,
                                   options.canary_timeout_s)
-    return canary.judge(tokens, done.ttft_s, bound, bp.kv_transfer.protocol, before, scrape())
+    after = scrape()
+    # Start-up logs name the transport for engines whose metrics cannot (stock vLLM with NIXL).
+    transports = None if any(s.name.endswith(canary.KV_BYTES_SUFFIX) for v in after.values() for s in v) else {
+        role: canary.transport_in_log(kube.log_head(p.namespace, p.name, _engine_container(p)))
+        for role, pods in leaders.items() for p in pods[:1]}
+    return canary.judge(tokens, done.ttft_s, bound, bp.kv_transfer.protocol, before, after, transports)
+
+
+def _engine_container(pod: PodInfo) -> str | None:
+    names = [cs.name for cs in pod.containers]
+    return "engine" if "engine" in names else (names[0] if names else None)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ the config is not evidence. Evidence is what the engines count while the canary 
 
 The counters are read by suffix, ``*kv_transfer_bytes_total{direction, protocol}`` and
 ``*kv_recomputed_prefills_total``, from the KV-transfer exporter on each engine's metrics port.
-An engine that exports no KV byte counter fails the canary: without a count there is no proof.
+
+A stock vLLM image with a NIXL connector has no such exporter, but counts for itself on the
+side that reads the KV (decode): ``vllm:nixl_bytes_transferred`` (a histogram; its ``_sum``),
+``vllm:nixl_num_failed_transfers_total``, and the external prefix cache queries and hits (prompt
+tokens looked up in, and loaded from, the prefill). Those metrics cannot name the transport, so
+the engines' start-up logs do (reference: "Backend LIBFABRIC was instantiated" or "EFA device
+(libfabric)" for EFA; NIXL's UCX backend has no EFA transport). An engine with neither kind of
+evidence fails the canary: without a count there is no proof.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from tasks.adapters.engine_http import Sample
 
 KV_BYTES_SUFFIX = "kv_transfer_bytes_total"
 RECOMPUTED_SUFFIX = "kv_recomputed_prefills_total"
+NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
+NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
+PREFIX_QUERIES = "external_prefix_cache_queries_total"
+PREFIX_HITS = "external_prefix_cache_hits_total"
+# Below this share of the prompt loaded from the prefill, the decode engine recomputed the rest.
+MIN_LOADED_SHARE = 0.9
 DEFAULT_TOKENS = 16384
 # Common one-token English words: the prompt's length in tokens is close to its word count
 # under any BPE tokenizer, and no two canaries share a prefix (a nonce comes first).
@@ -40,6 +53,7 @@ class CanaryReport:
     decode_received: dict[str, float]
     recomputed: float
     problems: tuple[str, ...]
+    evidence: str = "exporter"      # or "vllm-nixl": vLLM's own NIXL metrics, on the side that drives it
 
     @property
     def ok(self) -> bool:
@@ -48,9 +62,12 @@ class CanaryReport:
     def summary(self) -> str:
         moved = ", ".join(f"prefill sent {_fmt(v)} over {k}" for k, v in sorted(self.prefill_sent.items()) if v)
         got = ", ".join(f"decode received {_fmt(v)} over {k}" for k, v in sorted(self.decode_received.items()) if v)
+        if self.evidence == "vllm-nixl":
+            moved = "counted by vLLM's NIXL metrics"
+        redone = "prompt tokens" if self.evidence == "vllm-nixl" else "prefills"
         head = (f"canary ({self.prompt_tokens} prompt tokens): TTFT {self.ttft_s * 1000:.0f} ms "
                 f"(bound {self.ttft_bound_s * 1000:.0f} ms); {moved or 'no KV sent'}; {got or 'no KV received'}; "
-                f"{self.recomputed:.0f} prefills recomputed")
+                f"{self.recomputed:.0f} {redone} recomputed")
         return head if self.ok else head + "\n  " + "\n  ".join(self.problems)
 
 
@@ -82,10 +99,72 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in sorted(set(before) | set(after))}
 
 
+def transport_in_log(text: str) -> str | None:
+    """The KV transport an engine's start-up log names: ``efa``, ``tcp``, or None (it names none)."""
+    lowered = text.lower()
+    if "backend libfabric was instantiated" in lowered or "efa device (libfabric)" in lowered:
+        # libfabric falls back to its tcp provider when EFA is not usable: that is not EFA
+        return "tcp" if any(k in lowered for k in ("provider tcp", "provider: tcp", "tcp;ofi_rxm")) else "efa"
+    if "backend ucx was instantiated" in lowered:
+        return "tcp"  # UCX has no EFA transport
+    return None
+
+
+def _total(samples: Iterable[Sample], name: str) -> float | None:
+    values = [s.value for s in samples if s.name == name]
+    return sum(values) if values else None
+
+
+def _suffix_total(samples: Iterable[Sample], suffix: str) -> float:
+    return sum(s.value for s in samples if s.name.endswith(suffix))
+
+
+def _judge_native_nixl(expected_protocol: str, before: dict[str, list[Sample]], after: dict[str, list[Sample]],
+                       transport: str | None) -> tuple[dict[str, float], float, list[str]]:
+    """(received by transport, prompt tokens recomputed, problems) from vLLM's own NIXL metrics.
+    The side that drives the transfer counts it (decode for pull, prefill for push): both are summed."""
+    problems = []
+
+    def change(name: str) -> float:
+        return sum((_total(after[r], name) or 0.0) - (_total(before[r], name) or 0.0) for r in after)
+
+    moved, failed = change(NIXL_BYTES), change(NIXL_FAILED)
+    if failed > 0:
+        problems.append(f"the engines counted {failed:.0f} failed NIXL transfer(s) during the canary")
+    if moved <= 0:
+        problems.append("no KV bytes moved during the canary (vllm:nixl_bytes_transferred)")
+    if transport is None:
+        problems.append("no engine log names the KV transport (\"Backend LIBFABRIC was instantiated\" or \"EFA "
+                        "device (libfabric)\"): the bytes moved, but not provably over " + expected_protocol)
+    elif transport != expected_protocol and moved > 0:
+        problems.append(f"the engines moved {_fmt(moved)} of KV over {transport}, none over {expected_protocol}")
+        problems.append(f"the KV transfer fell back from {expected_protocol}: check FI_PROVIDER=efa, the "
+                        "connector's protocol/backend setting and that the EFA devices reach the pods")
+    decode_before, decode_after = before["decode"], after["decode"]
+    queried = _suffix_total(decode_after, PREFIX_QUERIES) - _suffix_total(decode_before, PREFIX_QUERIES)
+    loaded = _suffix_total(decode_after, PREFIX_HITS) - _suffix_total(decode_before, PREFIX_HITS)
+    redone = max(queried - loaded, 0.0) if queried > 0 and loaded < MIN_LOADED_SHARE * queried else 0.0
+    if redone:
+        problems.append(f"the decode engine loaded {loaded:.0f} of {queried:.0f} prompt tokens from the prefill "
+                        f"and recomputed the rest")
+    return ({transport or "unknown": moved} if moved > 0 else {}), redone, problems
+
+
 def judge(prompt_tokens: int, ttft_s: float, ttft_bound_s: float, expected_protocol: str,
-          before: dict[str, list[Sample]], after: dict[str, list[Sample]]) -> CanaryReport:
+          before: dict[str, list[Sample]], after: dict[str, list[Sample]],
+          transports: dict[str, str | None] | None = None) -> CanaryReport:
     """``before``/``after``: the metrics samples of the ``prefill`` and ``decode`` leaders (pooled
-    per role), scraped just before and just after the canary. Pure."""
+    per role), scraped just before and just after the canary; ``transports``: what each role's
+    start-up log names (``transport_in_log``), used with vLLM's own NIXL metrics. Pure."""
+    exported = any(s.name.endswith(KV_BYTES_SUFFIX) for role in after for s in after[role])
+    if not exported and any(_total(after[role], NIXL_BYTES) is not None for role in after):
+        named = [t for t in (transports or {}).values() if t]
+        # one engine on another transport is enough to say the path fell back
+        transport = next((t for t in named if t != expected_protocol), named[0] if named else None)
+        received, redone, problems = _judge_native_nixl(expected_protocol, before, after, transport)
+        if ttft_s > ttft_bound_s:
+            problems.append(f"TTFT {ttft_s * 1000:.0f} ms is above the sanity bound of {ttft_bound_s * 1000:.0f} ms")
+        return CanaryReport(prompt_tokens, ttft_s, ttft_bound_s, {}, received, redone, tuple(problems), "vllm-nixl")
     problems: list[str] = []
     moved = {}
     fell_back = False

@@ -86,15 +86,16 @@ def write_blueprint(directory: Path, name: str, engine: dict | None = None, **se
 
 
 class Sites:
-    """``make(gpus=8, **engine_overrides) -> Site`` with its nodes joined; ``cleanup`` removes all."""
+    """``make(gpus=8, sections={...}, **engine_overrides) -> Site`` with its nodes joined (``sections``
+    updates other blueprint sections, e.g. ``kv_transfer``); ``cleanup`` removes all."""
 
     def __init__(self, sandbox, api, tmp_path_factory):
         self.sandbox, self.api, self.tmp = sandbox, api, tmp_path_factory
         self.sites: list[Site] = []
 
-    def make(self, gpus: int = 8, **engine) -> Site:
+    def make(self, gpus: int = 8, sections: dict | None = None, **engine) -> Site:
         name = "dp" + uuid.uuid4().hex[:8]
-        path = write_blueprint(self.tmp.mktemp(name), name, engine)
+        path = write_blueprint(self.tmp.mktemp(name), name, engine, **(sections or {}))
         site = Site(self.sandbox, self.api, path, load_blueprint(str(path)))
         self.sites.append(site)
         site.join_nodes(gpus)

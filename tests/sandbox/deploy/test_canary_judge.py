@@ -8,7 +8,7 @@ import pytest
 
 from tasks.adapters.engine_http import EngineHttp, Sample, parse_prometheus
 from tasks.errors import StackNotReady
-from tasks.stages.deploy_canary import canary_prompt, canary_tokens, judge
+from tasks.stages.deploy_canary import canary_prompt, canary_tokens, judge, transport_in_log
 
 KV = "pdlift_sandbox_kv_transfer_bytes_total"
 
@@ -66,6 +66,61 @@ def test_an_engine_without_a_kv_counter_cannot_prove_the_path():
 def test_a_ttft_above_the_sanity_bound_fails():
     report = _judge(_kv("sent", efa=900.0), _kv("received", efa=900.0), ttft=6.0, bound=5.0)
     assert report.problems == ("TTFT 6000 ms is above the sanity bound of 5000 ms",)
+
+
+# A stock vLLM image with NIXL: no exporter; vLLM's own metrics on the engine that reads the KV.
+LIBFABRIC_LOG = "INFO 11-29 10:00:01 [nixl_connector.py:412] Backend LIBFABRIC was instantiated\n"
+UCX_LOG = "INFO 11-29 10:00:01 [nixl_connector.py:412] Backend UCX was instantiated\n"
+
+
+def _native(nbytes: float, failed: float = 0.0, queried: float = 16384.0, hits: float = 16384.0) -> list[Sample]:
+    return [Sample("vllm:nixl_bytes_transferred_sum", {"engine": "0"}, nbytes),
+            Sample("vllm:nixl_bytes_transferred_count", {"engine": "0"}, 1.0 if nbytes else 0.0),
+            Sample("vllm:nixl_num_failed_transfers_total", {"engine": "0"}, failed),
+            Sample("vllm:external_prefix_cache_queries_total", {"engine": "0"}, queried),
+            Sample("vllm:external_prefix_cache_hits_total", {"engine": "0"}, hits)]
+
+
+def _judge_native(decode_after, logs=(LIBFABRIC_LOG, LIBFABRIC_LOG), ttft=0.2):
+    before = {"prefill": [], "decode": _native(0.0, queried=0.0, hits=0.0)}
+    after = {"prefill": [Sample("vllm:num_requests_running", {}, 0.0)], "decode": decode_after}
+    transports = {"prefill": transport_in_log(logs[0]), "decode": transport_in_log(logs[1])}
+    return judge(16384, ttft, 5.0, "efa", before, after, transports)
+
+
+def test_the_transport_is_read_from_the_start_up_log():
+    assert transport_in_log("x\n" + LIBFABRIC_LOG) == "efa"
+    assert transport_in_log("... using EFA device (libfabric) for KV ...") == "efa"
+    assert transport_in_log(LIBFABRIC_LOG + "libfabric: selected provider: tcp\n") == "tcp"
+    assert transport_in_log(UCX_LOG) == "tcp"
+    assert transport_in_log("INFO Application startup complete\n") is None
+
+
+def test_stock_vllm_nixl_metrics_and_a_libfabric_log_prove_the_path():
+    report = _judge_native(_native(6.6e6))
+    assert report.ok, report.problems
+    assert report.evidence == "vllm-nixl" and report.decode_received == {"efa": 6.6e6}
+    assert "decode received 6.6 MB over efa" in report.summary()
+
+
+def test_stock_vllm_on_ucx_fails_as_a_fallback():
+    report = _judge_native(_native(6.6e6), logs=(UCX_LOG, UCX_LOG))
+    assert "the engines moved 6.6 MB of KV over tcp, none over efa" in report.problems
+    assert any("fell back from efa" in p for p in report.problems)
+
+
+def test_stock_vllm_without_a_transport_line_cannot_prove_efa():
+    report = _judge_native(_native(6.6e6), logs=("", ""))
+    assert len(report.problems) == 1 and "no engine log names the KV transport" in report.problems[0]
+
+
+def test_stock_vllm_failed_transfers_nothing_moved_or_a_recompute_fail():
+    assert _judge_native(_native(6.6e6, failed=2.0)).problems == (
+        "the engines counted 2 failed NIXL transfer(s) during the canary",)
+    assert _judge_native(_native(0.0)).problems == (
+        "no KV bytes moved during the canary (vllm:nixl_bytes_transferred)",)
+    assert _judge_native(_native(6.6e6, hits=0.0)).problems == (
+        "the decode engine loaded 0 of 16384 prompt tokens from the prefill and recomputed the rest",)
 
 
 def test_the_canary_prompt_is_as_long_as_asked_and_never_repeats():
