@@ -62,29 +62,33 @@ def _green_is_gone(stacks) -> bool:
 
 
 def _artifact(key: str):
+    """The newest artifact with ``key`` (earlier tests and tries wrote the same key)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     async def read():
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                               sort=ArtifactSort.CREATED_DESC, limit=1)
 
     found = asyncio.run(read())
     return found[0] if found else None
 
 
-def _gate_events(deployment: str) -> list[dict]:
-    """The pdlift.gate.* events about this deployment, as automations would see them."""
+def _gate_events(deployment: str, run_id: str) -> list[dict]:
+    """The pdlift.gate.* events about this deployment's run ``run_id``, as automations would see them."""
     from prefect.client.orchestration import get_client
 
     async def read() -> list[dict]:
         async with get_client() as client:
-            for _ in range(40):  # events reach the API asynchronously
+            for _ in range(120):  # events reach the API asynchronously (the server writes them in batches)
                 answer = await client._client.post("/events/filter", json={
                     "filter": {"event": {"prefix": ["pdlift.gate."]},
-                               "resource": {"id": [f"pdlift.deployment.{deployment}"]}}, "limit": 10})
-                if answer.json().get("events"):
-                    return answer.json()["events"]
+                               "resource": {"id": [f"pdlift.deployment.{deployment}"]}}, "limit": 50})
+                mine = [e for e in answer.json().get("events") or [] if e["payload"].get("run_id") == run_id]
+                if mine:
+                    return mine
                 await asyncio.sleep(0.25)
             return []
 
@@ -141,7 +145,7 @@ def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     markdown = _artifact(f"gate-{bp.name}").data
     assert "# Promotion gate: PASS" in markdown and "data:image/png;base64," in markdown
     assert _artifact(f"gate-{bp.name}-short").type == "table"
-    event = next(e for e in _gate_events(bp.name) if e["payload"].get("run_id") == run_id)
+    [event] = _gate_events(bp.name, run_id)
     assert event["event"] == "pdlift.gate.pass" and event["payload"]["outcome"] == "PASS"
 
 

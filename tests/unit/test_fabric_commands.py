@@ -146,7 +146,7 @@ def test_the_loopback_script_starts_the_client_once_the_server_listens_and_passe
     witness = tmp_path / "ran"
     hostile = [f"; touch {witness}", f"$(touch {witness})", f"`touch {witness}`", "'\"", "$IFS", "a b"]
     port = _free_port()
-    done = _loopback([sys.executable, "-c", LISTEN, str(port), "0.3"], [sys.executable, "-c", ECHO, *hostile], port)
+    done = _loopback([sys.executable, "-c", LISTEN, str(port), "2"], [sys.executable, "-c", ECHO, *hostile], port)
     assert done.returncode == 0, done.stdout + done.stderr
     client, _, server = done.stdout.partition("Server Log:")
     assert client.startswith("Client Log:") and f"client argv: {hostile!r}" in client
@@ -178,7 +178,7 @@ def test_the_fetch_script_prints_then_removes_the_file_and_fails_when_it_is_miss
 def test_the_serve_script_announces_when_its_server_listens_and_gives_up_on_one_that_never_does():
     port = _free_port()
     argv = ["sh", "-c", fc.SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", "5", sys.executable, "-c", LISTEN,
-            str(port), "0.3"]
+            str(port), "2"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stderr.startswith(f"{fc.LISTENING_MARKER} {port:04X}")
     stuck = ["sh", "-c", fc.SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", "1", sys.executable, "-c",

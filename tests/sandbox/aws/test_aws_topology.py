@@ -71,9 +71,11 @@ def test_terminated_instances_leave_the_topology(ec2):
 
 
 @pytest.mark.parametrize("aws_config", [AwsConfig(reservation_pending_seconds=0.0,
-                                                  topology_empty_seconds=0.5)])
+                                                  topology_empty_seconds=5.0)])
 def test_network_nodes_are_empty_right_after_launch_when_configured(ec2):
     ids = launch(ec2, 1)
     assert topology(ec2, ids) == {ids[0]: []}
-    time.sleep(0.6)
+    deadline = time.monotonic() + 15
+    while not topology(ec2, ids)[ids[0]] and time.monotonic() < deadline:
+        time.sleep(0.25)
     assert len(topology(ec2, ids)[ids[0]]) == 3

@@ -40,7 +40,7 @@ SANDBOX_BLUEPRINT = REPO / "blueprints" / "sandbox-2p2d.yaml"
 BASE_LATENCY = {"prefill_base_s": 0.2}
 COLOUR_LABEL = "pdlift.io/test-colour"
 BENCHMARK = {"repeats": 1, "scenarios": [{"name": "short", "input_tokens": 1000, "output_tokens": 8,
-                                          "concurrencies": [4], "duration_s": 6, "max_requests": 40,
+                                          "concurrencies": [4], "duration_s": 30, "max_requests": 40,
                                           "warmup_requests": 4}]}
 # The latency model's values for the scenario through PD with BASE_LATENCY: the blueprint's
 # published figures, used only until a measured baseline is recorded.
@@ -183,7 +183,10 @@ def blue_baseline(colour_stacks, tmp_path_factory) -> Path:
 
     bp, state = colour_stacks.blueprint, tmp_path_factory.mktemp("baseline-state")
     url = next(e.url for e in colour_stacks.routing.endpoints(bp.name, router_name("blue")) if e.ready)
-    run = bench.run_benchmark(bp, url, bench.bench_dir(state, bp.name, "blue-run"), "blue-run")
+    for _ in range(3):  # a client saturated by a burst of other work on this machine measures again
+        run = bench.run_benchmark(bp, url, bench.bench_dir(state, bp.name, "blue-run"), "blue-run")
+        if not any(s.client_saturated for s in bench.read_results(run.results_path)):
+            break
     return record_baseline(state, bp, bench.read_results(run.results_path), "blue-run", "blue")
 
 

@@ -10,8 +10,10 @@ import pytest
 
 from cli.main import main
 from tasks.planning.bench_baseline import loads_baseline, loads_results
+from tests.timing import timing
 
 
+@timing
 def test_pdlift_benchmark_measures_the_production_service_and_can_save_the_baseline(candidate_env, capsys):
     stacks, bp = candidate_env, candidate_env.blueprint
     code = main(["benchmark", str(stacks.directory / "bp.yaml"), "--run-id", "cli-run", "--save-baseline"])

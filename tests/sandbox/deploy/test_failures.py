@@ -96,13 +96,14 @@ def test_a_phase_past_its_deadline_fails_naming_the_phase_with_the_events_and_la
         make_site, http, engine_faults):
     site = make_site()
     engine_faults({"namespace": f"{site.blueprint.name}-blue"}, {"slow_start_s": 120})
-    limits = dataclasses.replace(FAST, started_s=3)
+    # Long enough for the engines to print their first lines on a busy machine; the slow start is 120 s.
+    limits = dataclasses.replace(FAST, started_s=10)
     with pytest.raises(StackFailure) as failed:
         stage.deploy(site.blueprint, site.kube, http, options=stage.DeployOptions(limits=limits))
     failure = failed.value
     assert failure.reason == "Timeout:started"
     message = str(failure)
-    assert "phase 'started' did not finish within 3s" in message and "prefill-0 not started" in message
+    assert "phase 'started' did not finish within 10s" in message and "prefill-0 not started" in message
     assert "Startup probe failed" in message  # the kubelet's event
     assert "last log lines:" in message and "vLLM API server version" in message
 

@@ -10,12 +10,14 @@ import pytest
 from sandbox.engines.latency import LatencyModel
 from sandbox.engines.tokenizer import make_prompt
 
+from tests.timing import timing
 from .client import best_ttft, completion, fetch, metric, metrics, run
 from sandbox.engines.stacks import vllm_stack
 
 MODEL = LatencyModel()
 
 
+@timing
 def test_with_the_tcp_fallback_fault_the_kv_path_says_tcp_and_ttft_pays_100x_the_transfer(engine_launcher):
     stack = vllm_stack(engine_launcher, prefill_env={"PDLIFT_SANDBOX_FAULTS": json.dumps({"tcp_fallback": True})})
     n = 3000

@@ -7,6 +7,7 @@ import pytest
 from sandbox.engines.latency import LatencyModel
 from sandbox.engines.tokenizer import make_prompt
 
+from tests.timing import timing
 from .client import best_ttft, completion, metric, metrics, run
 from sandbox.engines.stacks import sglang_stack
 
@@ -24,6 +25,7 @@ def test_a_streamed_completion_through_the_sglang_router_returns_n_tokens_with_u
     assert result.usage["prompt_tokens"] == 3000 and result.usage["completion_tokens"] == 10
 
 
+@timing
 def test_ttft_through_the_sglang_router_is_prefill_plus_transfer(stack):
     ttft = best_ttft(stack.router + "/v1/completions", [make_prompt(3000, seed=i) for i in range(5)])
     assert ttft == pytest.approx(MODEL.ttft_s(3000, pd=True, kv_cache_dtype="fp8_e4m3"), rel=0.05)

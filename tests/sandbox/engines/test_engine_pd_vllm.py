@@ -10,6 +10,7 @@ import pytest
 from sandbox.engines.latency import LatencyModel
 from sandbox.engines.tokenizer import make_prompt
 
+from tests.timing import timing
 from .client import best_ttft, completion, fetch, get_json, metric, metrics, run
 from sandbox.engines.stacks import vllm_stack
 
@@ -47,6 +48,7 @@ def test_kv_bytes_move_from_prefill_to_decode_over_efa_and_are_not_recomputed(st
     assert "Mooncake transfer engine protocol: efa" in stack.prefill_proc.log()
 
 
+@timing
 def test_ttft_at_concurrency_1_matches_the_latency_model_for_3k_and_60k_prompts(stack):
     for n, repeats in ((3000, 5), (60000, 2)):
         ttft = best_ttft(stack.router + "/v1/completions", [make_prompt(n, seed=i) for i in range(repeats)])
@@ -54,6 +56,7 @@ def test_ttft_at_concurrency_1_matches_the_latency_model_for_3k_and_60k_prompts(
         assert ttft == pytest.approx(expected, rel=0.05), (n, ttft, expected)
 
 
+@timing
 def test_a_120k_token_prompt_streams_correctly(stack):
     [result] = run(stack.router + "/v1/completions", [completion(make_prompt(120_000), 8)])
     assert result.status == 200 and result.done and len(result.texts) == 8
@@ -61,6 +64,7 @@ def test_a_120k_token_prompt_streams_correctly(stack):
     assert result.ttft == pytest.approx(MODEL.ttft_s(120_000, pd=True, kv_cache_dtype="fp8"), rel=0.05)
 
 
+@timing
 def test_tpot_grows_with_the_number_of_sequences_decoding_at_once(stack):
     n, out = 500, 30
     results = run(stack.router + "/v1/completions", [completion(make_prompt(n, seed=i), out) for i in range(8)])

@@ -64,7 +64,7 @@ def test_closing_the_ssh_channel_ends_a_hung_nccl_test(cluster):
 
 def test_a_hung_mpirun_is_stopped_by_timeout_and_leaves_nothing(cluster):
     cluster.set_faults("127.0.0.12", hang=["all_reduce_perf"])
-    code, out, _ = run(cluster.ssh("i-0aaaa"), "timeout 1 mpirun -np 2 --host 127.0.0.11,127.0.0.12 all_reduce_perf -g 8")
+    code, out, _ = run(cluster.ssh("i-0aaaa"), "timeout 5 mpirun -np 2 --host 127.0.0.11,127.0.0.12 all_reduce_perf -g 8")
     assert code == 124 and "#wrong" in out  # the header came out, then it hung
     assert wait_until(lambda: not running(cluster, "i-0aaaa", "mpirun.py"))
 

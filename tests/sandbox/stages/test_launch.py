@@ -31,7 +31,7 @@ def cluster_and_kube(fleet_env, adapters, bp):
 
 def _fast_join(bp):
     return bp.model_copy(update={"aws": bp.aws.model_copy(update={
-        "eks": bp.aws.eks.model_copy(update={"join_timeout_s": 20})})})
+        "eks": bp.aws.eks.model_copy(update={"join_timeout_s": 12})})})
 
 
 def _release(adapters, bp):

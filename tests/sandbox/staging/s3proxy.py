@@ -24,6 +24,7 @@ class S3Proxy:
     def __init__(self, upstream: str, host: str = "127.0.0.1"):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.slowdown_until = 0.0
+        self.slowdown_for_s: float | None = None  # a SlowDown window that opens at the next request
         self.rate_bps: float | None = None
         self.stall_after_gets: int | None = None  # ranged GETs beyond this many wait for stop()
         self._released = threading.Event()
@@ -71,6 +72,9 @@ class S3Proxy:
                     proxy.count("ranged_gets")
                     if proxy.stall_after_gets is not None and proxy.counts["ranged_gets"] > proxy.stall_after_gets:
                         proxy._released.wait(60)
+                with proxy.lock:
+                    if proxy.slowdown_for_s is not None:
+                        proxy.slowdown_until, proxy.slowdown_for_s = time.monotonic() + proxy.slowdown_for_s, None
                 if time.monotonic() < proxy.slowdown_until:
                     proxy.count("slowdowns")
                     return self._reply(503, SLOWDOWN, {"Content-Type": "application/xml"})

@@ -110,7 +110,7 @@ def test_a_killed_stager_resumes_by_range_fetching_under_a_tenth_of_the_model_ag
 
 def test_s3_answering_slowdown_for_a_while_is_retried_and_staging_completes(tmp_path, s3_sandbox, s3_proxy, model):
     manifest, _ = model
-    s3_proxy.slowdown_until = time.monotonic() + 1.5
+    s3_proxy.slowdown_for_s = 1.5  # from the stager's first request, however late it starts
     code, events = run(tmp_path, manifest.to_json(), node_env(s3_sandbox, s3_proxy.endpoint))
     assert code == 0, events
     assert s3_proxy.counts["slowdowns"] > 0 and events[-1]["retries"] > 0
