@@ -115,3 +115,8 @@ def test_hourly_cost_above_the_blueprint_limit_is_warned(glm):
     tight = glm.model_copy(update={"aws": glm.aws.model_copy(update={
         "capacity": glm.aws.capacity.model_copy(update={"max_hourly_usd": 100.0})})})
     assert any("max_hourly_usd" in w for w in make_plan(tight).warnings)
+
+
+def test_the_plan_says_what_a_blue_green_rollout_onto_the_fleet_needs(glm):
+    [note] = [w for w in make_plan(glm).warnings if w.startswith("blue/green")]
+    assert "needs 4 more p5en.48xlarge nodes (+$253.18/h while both colours run)" in note
