@@ -22,6 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from tasks.errors import (ApiThrottled, ConfigError, RemoteUnavailable, RequestRejected, StageFailed)
+from tasks.planning.manifests.common import GPU
+from tasks.planning.room import ROLE_LABEL, FleetNode, GpuPod
 
 FIELD_MANAGER = "pdlift"
 TIMEOUT_S = 30
@@ -231,6 +233,27 @@ class KubeApply:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
         doc = self._call("GET", resource_path("v1", "Pod", namespace=namespace), f"list pods in {namespace}", query)
         return sorted((_pod(p) for p in doc.get("items") or []), key=lambda p: p.name)
+
+    def fleet_gpus(self, node_selector: dict[str, str]) -> tuple[list[FleetNode], list[GpuPod]]:
+        """The nodes matching ``node_selector`` with their allocatable GPUs, and every pod not yet
+        finished on them with the GPUs it asked for."""
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())))]
+        doc = self._call("GET", "/api/v1/nodes", "list nodes", query)
+        nodes = [FleetNode(n["metadata"]["name"], (n["metadata"].get("labels") or {}).get(ROLE_LABEL, ""),
+                           int(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0)))
+                 for n in doc.get("items") or []]
+        names = {n.name for n in nodes}
+        running = [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")]
+        doc = self._call("GET", "/api/v1/pods", "list pods", running)
+        pods = []
+        for p in doc.get("items") or []:
+            node = (p.get("spec") or {}).get("nodeName") or ""
+            if node in names:
+                gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
+                           for c in p["spec"].get("containers") or [])
+                if gpus:
+                    pods.append(GpuPod(p["metadata"].get("namespace", ""), p["metadata"]["name"], node, gpus))
+        return nodes, pods
 
     def events(self, namespace: str, object_name: str | None = None) -> list[EventInfo]:
         query = [("fieldSelector", f"involvedObject.name={object_name}")] if object_name else []

@@ -194,7 +194,7 @@ def _warnings(bp: Blueprint, prefill: cm.RoleMemory, decode: cm.RoleMemory,
         w.append(f"fleet costs ${cost.usd_per_hour:,.2f}/h, above aws.capacity.max_hourly_usd "
                  f"${bp.aws.capacity.max_hourly_usd:,.2f}: reserve will refuse")
     # The candidate colour comes up beside the live one: a later redeploy or rollout needs room
-    # for a whole second stack, or its pods stay Pending (deploy fails fast on FailedScheduling).
+    # for a whole second stack, or the deploy stage refuses it (tasks/planning/room.py).
     extra = f" (+${cost.usd_per_hour:,.2f}/h while both colours run)" if cost.usd_per_hour else ""
     w.append(f"blue/green: a redeploy or rollout onto this fleet brings the candidate up beside the live "
              f"colour and needs {bp.node_count} more {bp.aws.instance_type} nodes{extra}; the first "

@@ -27,6 +27,7 @@ from tasks.planning.manifests import colour_namespace, render_checked, stable_na
 from tasks.planning.manifests import common as c
 from tasks.planning.manifests.router import router_name, selector as router_selector
 from tasks.planning.manifests.views import routers
+from tasks.planning import room
 from tasks.stages import deploy_canary as canary
 from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
 from tasks.stages.reserve import Clock
@@ -114,6 +115,8 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
     render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
     candidate, live = candidate_colour(bp, kube, colour)
     objects = render(bp, candidate)
+    if live:
+        check_room(bp, kube, candidate, live, objects)
     progress(f"deploying {bp.name} colour {candidate} (live: {live or 'none'})")
     started = clock.monotonic()
     applied = apply_objects(kube, objects, progress)
@@ -128,6 +131,17 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
     return Deployed(bp.name, candidate, live, colour_namespace(bp, candidate), stable_namespace(bp),
                     router_name(candidate), tuple(applied), phases, round(clock.monotonic() - started, 3),
                     report.summary())
+
+
+def check_room(bp: Blueprint, kube: KubeApply, candidate: str, live: str, objects: list[dict]) -> None:
+    """Refuse, before applying anything, a candidate the fleet cannot hold beside the live colour."""
+    nodes, pods = kube.fleet_gpus({c.DEPLOYMENT_LABEL: bp.name})
+    short = room.shortfalls(room.needs(objects), nodes, pods, colour_namespace(bp, candidate))
+    if short:
+        raise StackFailure(
+            f"{bp.name}: no room for the candidate {candidate} beside the live {live}: " + "; ".join(short)
+            + ". A blue/green rollout needs free nodes for a second colour (`pdlift plan` says how many); "
+              "nothing was applied and the live colour is untouched", "NoRoom")
 
 
 def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup]:

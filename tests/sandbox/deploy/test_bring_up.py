@@ -15,6 +15,7 @@ from tasks.errors import ConfigError, StageFailed
 from tasks.planning.manifests import render_production_service
 from tasks.stages import deploy as stage
 from tasks.stages.deploy_canary import kv_bytes
+from tasks.stages.deploy_wait import StackFailure
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +102,19 @@ def test_the_live_colour_is_neither_rolled_back_nor_deployed_over(blue, http):
     with pytest.raises(ConfigError, match="live colour"):
         stage.deploy(bp, kube, http, "blue")
     assert kube.get("v1", "Namespace", f"{bp.name}-blue") is not None
+
+
+def test_a_candidate_the_fleet_cannot_hold_beside_the_live_colour_is_refused_before_any_apply(blue, http):
+    site, _ = blue   # blue holds all 8 GPUs of each of the site's 4 nodes
+    bp, kube = site.blueprint, site.kube
+    kube.apply(render_production_service(bp, "blue"))
+    blue_pods = {p.name: p.uid for p in kube.pods(f"{bp.name}-blue", {})}
+    with pytest.raises(StackFailure) as failed:
+        stage.deploy(bp, kube, http)
+    assert failed.value.reason == "NoRoom"
+    message = str(failed.value)
+    assert "no room for the candidate green beside the live blue" in message
+    assert "prefill: 2 pod(s) of 8 GPUs wanted, room for 0 on 2 prefill node(s)" in message
+    assert f"{bp.name}-blue/prefill-0" in message   # who holds the GPUs
+    assert kube.get("v1", "Namespace", f"{bp.name}-green") is None   # nothing was applied
+    assert {p.name: p.uid for p in kube.pods(f"{bp.name}-blue", {})} == blue_pods
