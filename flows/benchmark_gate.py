@@ -61,10 +61,10 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 
 @flow(name="benchmark-gate")
 def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], run_id: str,
-                        target: str | None = None) -> dict:
+                        target: str | None = None, generation: str = "") -> dict:
     bp = load_blueprint(blueprint_path)
-    measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target)
-    verdict = benchmark.gate(blueprint_path, colour, run_id, measured)
+    measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target, generation)
+    verdict = benchmark.gate(blueprint_path, colour, run_id, measured, generation)
     outcome, decision, rollback = verdict["outcome"], f"gate {verdict['outcome']}", benchmark.rollback_candidate
     if outcome == "INCONCLUSIVE":
         approved, why = _ask_a_person(run_id, bp.promotion.approval_timeout_s, verdict["reasons"], verdict["report"])

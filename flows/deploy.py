@@ -25,8 +25,9 @@ def deploy_flow(blueprint_path: str, colour: str | None = None, run_id: str | No
     candidate = deploy.choose_colour(run.blueprint, colour)
     try:
         deployed = deploy.deploy_candidate(run, candidate, poll_s)
-    except StackNotReady:
-        if rollback_on_failure:
+    except StackNotReady as e:
+        # These applied nothing: the colour they name may be a kept previous colour, not ours
+        if rollback_on_failure and getattr(e, "reason", "") not in ("NoRoom", "KeptColour"):
             deploy.rollback_candidate(run.blueprint, candidate)
         raise
     deploy.publish(deployed)

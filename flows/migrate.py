@@ -17,6 +17,8 @@ from tasks import plan as plan_tasks
 
 Stage = Literal["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
 ALL_STAGES: tuple[Stage, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
+# A redeploy or rollout onto a fleet: new weights or image, a new candidate, a new verdict.
+REDEPLOY_STAGES: list[Stage] = ["weights", "deploy", "benchmark"]
 
 
 class MigrateParams(BaseModel):
@@ -26,6 +28,8 @@ class MigrateParams(BaseModel):
     run_id: str | None = Field(None, description="Resume this run; empty: derived from the blueprint.")
     stages: list[Stage] = Field(list(ALL_STAGES), description="Stages to run, in pipeline order.")
     skip: list[Stage] = Field(default_factory=list, description="Stages to leave out.")
+    rerun: list[Stage] = Field(default_factory=list,
+                               description="Stages to run again even if an earlier attempt of this run id did them.")
     dry_run: bool = Field(False, description="Only the plan: touch nothing.")
     approve_capacity_block_purchase: bool = Field(
         False, description="Allow buying a Capacity Block (upfront, cannot be cancelled) when the blueprint asks.")
@@ -44,7 +48,7 @@ def migrate(params: MigrateParams = MigrateParams()) -> dict:
     wanted = [s for s in ALL_STAGES if s in params.stages and s not in params.skip]
     summary: list[dict] = []
     for stage in wanted:
-        if steps.already_done(params.blueprint, run_id, stage):
+        if stage not in params.rerun and steps.already_done(params.blueprint, run_id, stage):
             log.info("stage %s: done in an earlier attempt of run %s, and still there; skipped", stage, run_id)
             summary.append({"stage": stage, "status": "skipped (done)", "seconds": 0.0})
             continue

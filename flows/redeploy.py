@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.migrate import MigrateParams, migrate
+from flows.migrate import REDEPLOY_STAGES, MigrateParams, migrate
 
 
 @flow(name="redeploy", log_prints=True)
 def redeploy(blueprint: str = "blueprints/sandbox-2p2d.yaml", fleet_run_id: str | None = None) -> dict:
     return migrate(MigrateParams(blueprint=blueprint, run_id=fleet_run_id,
-                                 stages=["weights", "deploy", "benchmark"]))
+                                 stages=REDEPLOY_STAGES, rerun=REDEPLOY_STAGES))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.migrate import MigrateParams, migrate
+from flows.migrate import REDEPLOY_STAGES, MigrateParams, migrate
 from tasks import rollout as rollout_tasks
 
 
@@ -18,4 +18,4 @@ def rollout(blueprint: str = "blueprints/sandbox-2p2d.yaml", fleet_run_id: str |
             engine_image: str | None = None, model_revision: str | None = None) -> dict:
     derived = rollout_tasks.derive_blueprint(blueprint, fleet_run_id, engine_image, model_revision)
     return migrate(MigrateParams(blueprint=derived, run_id=fleet_run_id,
-                                 stages=["weights", "deploy", "benchmark"]))
+                                 stages=REDEPLOY_STAGES, rerun=REDEPLOY_STAGES))

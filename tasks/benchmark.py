@@ -26,7 +26,7 @@ from tasks.adapters.engine_http import EngineHttp
 from tasks.adapters.ledger_store import state_dir
 from tasks.adapters.promotion import ServiceRouting
 from tasks.deploy import kube_api_client
-from tasks.errors import StackNotReady
+from tasks.errors import PdliftError, StackNotReady
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.manifests.common import stable_namespace
 from tasks.planning.manifests.router import router_name
@@ -36,7 +36,9 @@ from tasks.stages import promote as promotion
 
 def _key(kind: str, parameters: dict) -> str:
     where = hashlib.sha256(str(Path(parameters["blueprint_path"]).resolve()).encode()).hexdigest()[:12]
-    return f"pdlift-{kind}-{where}-{parameters['colour']}-{parameters['run_id']}"
+    generation = parameters.get("generation") or ""
+    return f"pdlift-{kind}-{where}-{parameters['colour']}-{parameters['run_id']}" + (f"-{generation}" if generation
+                                                                                  else "")
 
 
 def _artifact_key(*parts: str) -> str:
@@ -54,7 +56,8 @@ def candidate_url(bp, colour: str) -> str:
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("bench", p), persist_result=True)
-def benchmark_candidate(blueprint_path: str, colour: str, run_id: str, target: str | None = None) -> dict:
+def benchmark_candidate(blueprint_path: str, colour: str, run_id: str, target: str | None = None,
+                        generation: str = "") -> dict:
     bp, log = load_blueprint(blueprint_path), get_run_logger()
     url = target or candidate_url(bp, colour)
     progress_id = create_progress_artifact(0.0, key=_artifact_key("bench", bp.name, "progress"),
@@ -74,7 +77,7 @@ def benchmark_candidate(blueprint_path: str, colour: str, run_id: str, target: s
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("gate", p), persist_result=True)
-def gate(blueprint_path: str, colour: str, run_id: str, benchmark: dict) -> dict:
+def gate(blueprint_path: str, colour: str, run_id: str, benchmark: dict, generation: str = "") -> dict:
     """Judge, write the report files, publish the artifacts and emit ``pdlift.gate.<outcome>``."""
     bp = load_blueprint(blueprint_path)
     summaries = bench.read_results(benchmark["results_path"])
@@ -127,8 +130,14 @@ def retire_previous_colour(blueprint_path: str, promoted: dict) -> dict | None:
     if promoted.get("previous") and bp.promotion.keep_previous_colour_s:
         log.info(f"{bp.name}: keeping {promoted['previous']} for {bp.promotion.keep_previous_colour_s} s "
                  f"(promotion.keep_previous_colour_s) before deleting it")
-    with kube_api_client(bp) as api:
-        done = promotion.retire_previous(bp, promoted.get("previous"), promoted["colour"], ServiceRouting(api))
+    try:
+        with kube_api_client(bp) as api:
+            done = promotion.retire_previous(bp, promoted.get("previous"), promoted["colour"], ServiceRouting(api))
+    except PdliftError as e:
+        # Production already routes to the new colour: a failed clean-up must not fail that.
+        log.warning(f"{bp.name}: could not retire the previous colour {promoted.get('previous')}: {e}; delete it "
+                    f"with: pdlift rollback {blueprint_path} {promoted.get('previous')}")
+        return {"colour": promoted.get("previous"), "kept_s": 0, "deleted": [], "skipped": f"failed: {e}"}
     if done is None:
         return None
     log.info(f"{bp.name}: previous colour {done.colour} " + (done.skipped or "retired: deleted " + (

@@ -9,6 +9,7 @@ client is built from the blueprint's EKS cluster (DescribeCluster + a presigned 
 from __future__ import annotations
 
 import os
+import uuid
 
 from kubernetes import client as k8s
 from prefect import get_run_logger, task
@@ -55,7 +56,10 @@ def deploy_candidate(run: Run, colour: str | None = None, poll_s: float = 5.0) -
                                               f"{e.diagnostics}\n```\n", key=f"deploy-failure-{bp.name}",
                                      description=f"why the candidate of {bp.name} did not come up")
             raise
+    # The generation tells one deploy of this run from the next (redeploys reuse the fleet's run
+    # id): the benchmark and the gate are cached per generation, never across deploys.
     run.stage_done("deploy", {"colour": deployed.colour, "live_colour": deployed.live_colour,
+                              "generation": uuid.uuid4().hex[:12],
                               "engines_namespace": deployed.engines_namespace,
                               "router_service": f"{deployed.router_namespace}/{deployed.router_service}",
                               "phases_s": deployed.phases_s, "bring_up_s": deployed.bring_up_s,

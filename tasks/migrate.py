@@ -87,11 +87,11 @@ def _deploy(bp_path: str, run_id: str, image: str | None) -> dict:
 def _benchmark(bp_path: str, run_id: str, image: str | None) -> dict:
     from flows.benchmark_gate import benchmark_gate_flow
 
-    colour = (_ledger(bp_path, run_id).outputs.get("deploy") or {}).get("colour")
-    return benchmark_gate_flow(bp_path, colour, run_id)
+    deployed = _ledger(bp_path, run_id).outputs.get("deploy") or {}
+    return benchmark_gate_flow(bp_path, deployed.get("colour"), run_id, generation=deployed.get("generation", ""))
 
 
-SELF_RECORDING = {"reserve", "launch"}
+SELF_RECORDING = {"reserve", "launch", "deploy"}  # their own tasks record richer outputs
 
 RUNNERS: dict[str, Callable[[str, str, str | None], dict]] = {
     "reserve": _reserve, "launch": _launch, "fabric": _fabric,
@@ -103,7 +103,7 @@ def run_stage(stage: str, blueprint_path: str, run_id: str, engine_image: str | 
     started = time.monotonic()
     output = RUNNERS[stage](blueprint_path, run_id, engine_image) or {}
     seconds = round(time.monotonic() - started, 1)
-    if stage not in SELF_RECORDING:  # reserve and launch record their own, richer outputs
+    if stage not in SELF_RECORDING:
         open_run(load_blueprint(blueprint_path), run_id).stage_done(stage, _jsonable(output))
     return {"stage": stage, "status": "done", "seconds": seconds, "output": _jsonable(output)}
 
@@ -124,7 +124,7 @@ def already_done(blueprint_path: str, run_id: str, stage: str) -> bool:
     """Done in an earlier attempt AND what it made still exists (tasks.planning.resume)."""
     bp = load_blueprint(blueprint_path)
     ledger = open_run(bp, run_id).ledger
-    if stage not in ledger.stages_done or stage == "benchmark":
+    if stage not in ledger.stages_done:
         return False
     aws = aws_adapters(bp)
     rid, ids = resume.reservation_id(ledger), resume.launched_ids(ledger)
@@ -132,21 +132,24 @@ def already_done(blueprint_path: str, run_id: str, stage: str) -> bool:
     running = frozenset(i.instance_id for i in aws.instances.describe(ids=ids) if i.state == "running") \
         if ids and stage != "reserve" else frozenset()
     colour = resume.deployed_colour(ledger)
-    observed = resume.Observed(reservation.state if reservation else None, running,
-                               stage == "deploy" and bool(colour) and _colour_present(bp, colour))
+    present, live = _colour_state(bp, colour) if stage in ("deploy", "benchmark") and colour else (False, None)
+    observed = resume.Observed(reservation.state if reservation else None, running, present, live)
     return resume.still_done(stage, ledger, observed)
 
 
-def _colour_present(bp: Blueprint, colour: str) -> bool:
+def _colour_state(bp: Blueprint, colour: str) -> tuple[bool, str | None]:
+    """(the colour's namespace and router exist, the colour production routes to)."""
     from tasks.adapters.promotion import ServiceRouting
     from tasks.deploy import kube_api_client
     from tasks.planning.manifests.common import colour_namespace, stable_namespace
     from tasks.planning.manifests.router import router_name
+    from tasks.stages.promote import live_colour
 
     with kube_api_client(bp) as api:
         routing = ServiceRouting(api)
-        return (routing.presence("v1", "Namespace", colour_namespace(bp, colour)) == "present" and
-                routing.presence("apps/v1", "Deployment", router_name(colour), stable_namespace(bp)) == "present")
+        present = (routing.presence("v1", "Namespace", colour_namespace(bp, colour)) == "present" and
+                   routing.presence("apps/v1", "Deployment", router_name(colour), stable_namespace(bp)) == "present")
+        return present, live_colour(bp, routing)
 
 
 # --- reporting --------------------------------------------------------------------------------

@@ -212,6 +212,13 @@ class KubeApply:
         return Applied(out.get("kind", obj["kind"]), m.get("namespace"), m.get("name", name), m.get("uid", ""),
                        m.get("resourceVersion", ""), m.get("generation"))
 
+    def annotate(self, api_version: str, kind: str, name: str, namespace: str | None,
+                 annotations: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) annotations by a merge patch."""
+        path = resource_path(api_version, kind, name, namespace)
+        self._call("PATCH", path, f"annotate {kind} {name}", [("fieldManager", FIELD_MANAGER + "-promotion")],
+                   {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete (dependents are garbage-collected in the background); False when already gone."""
         path = resource_path(api_version, kind, name, namespace)

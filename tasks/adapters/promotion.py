@@ -86,6 +86,14 @@ class ServiceRouting:
         """Delete one object; False when it was already gone (so a second rollback is a no-op)."""
         return self._kube.delete(api_version, kind, name, namespace)
 
+    def annotations(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, str]:
+        obj = self._kube.get(api_version, kind, name, namespace) or {}
+        return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+    def annotate(self, api_version: str, kind: str, name: str, namespace: str | None,
+                 annotations: dict[str, str | None]) -> None:
+        self._kube.annotate(api_version, kind, name, namespace, annotations)
+
     def presence(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> str:
         """``absent``, ``terminating`` (deleted, finalizers still running) or ``present``."""
         obj = self._kube.get(api_version, kind, name, namespace)

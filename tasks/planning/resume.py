@@ -5,8 +5,13 @@ A stage is skipped only if what it made is still there, as observed now:
 - launch, fabric, weights: every launched instance is running (fabric and weights were done on
   exactly those nodes; a replaced or stopped node needs them again);
 - deploy: the fleet is intact and the candidate colour it brought up still exists (a gate FAIL,
-  a rejection or a hand rollback deletes it, and the next attempt must deploy again);
-- benchmark: never (a re-run measures and judges again).
+  a rejection or a hand rollback deletes it, and the next attempt must deploy again), and it is
+  still a candidate: a colour that is live now was promoted, so it counts only if this run's
+  own benchmark stage promoted it (a re-run of a finished run has nothing left to do);
+- benchmark: only when it promoted the deployed colour and that colour is still live.
+
+Redeploys and rollouts reuse the fleet's run id for new work: they name the stages to run again
+(``rerun``), which are never skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class Observed:
     reservation_state: str | None = None     # of the reservation the ledger names
     running: frozenset[str] = frozenset()   # launched instance ids that are running
     candidate_present: bool = False          # the deployed colour's router and namespace exist
+    live_colour: str | None = None           # the colour the production Service selects
 
 
 def launched_ids(ledger: Ledger) -> list[str]:
@@ -35,8 +41,13 @@ def deployed_colour(ledger: Ledger) -> str | None:
     return (ledger.outputs.get("deploy") or {}).get("colour")
 
 
+def promoted_colour(ledger: Ledger) -> str | None:
+    bench = ledger.outputs.get("benchmark") or {}
+    return (bench.get("promotion") or {}).get("colour") if bench.get("outcome") == "promoted" else None
+
+
 def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:
-    if stage not in ledger.stages_done or stage == "benchmark":
+    if stage not in ledger.stages_done:
         return False
     if stage == "reserve":
         return bool(reservation_id(ledger)) and observed.reservation_state in ("active", "pending")
@@ -44,6 +55,11 @@ def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:
     fleet_intact = bool(ids) and observed.running == frozenset(ids)
     if stage in ("launch", "fabric", "weights"):
         return fleet_intact
+    colour = deployed_colour(ledger)
+    promoted_here = bool(colour) and promoted_colour(ledger) == colour
     if stage == "deploy":
-        return fleet_intact and bool(deployed_colour(ledger)) and observed.candidate_present
+        still_candidate = colour != observed.live_colour or promoted_here
+        return fleet_intact and bool(colour) and observed.candidate_present and still_candidate
+    if stage == "benchmark":
+        return fleet_intact and observed.candidate_present and promoted_here and observed.live_colour == colour
     return False

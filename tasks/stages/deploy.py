@@ -30,6 +30,7 @@ from tasks.planning.manifests.views import routers
 from tasks.planning import room
 from tasks.stages import deploy_canary as canary
 from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
+from tasks.stages.promote import KEPT_ANNOTATION
 from tasks.stages.reserve import Clock
 
 Progress = Callable[[str], None]
@@ -115,8 +116,11 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
     render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
     candidate, live = candidate_colour(bp, kube, colour)
     objects = render(bp, candidate)
+    check_not_kept(bp, kube, candidate)
     if live:
         check_room(bp, kube, candidate, live, objects)
+    # A namespace still being deleted (a rollback or a retire just before) refuses new objects.
+    wait_namespace_gone(kube, colour_namespace(bp, candidate), options.limits.scheduled_s, clock, terminating_only=True)
     progress(f"deploying {bp.name} colour {candidate} (live: {live or 'none'})")
     started = clock.monotonic()
     applied = apply_objects(kube, objects, progress)
@@ -131,6 +135,29 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
     return Deployed(bp.name, candidate, live, colour_namespace(bp, candidate), stable_namespace(bp),
                     router_name(candidate), tuple(applied), phases, round(clock.monotonic() - started, 3),
                     report.summary())
+
+
+def check_not_kept(bp: Blueprint, kube: KubeApply, candidate: str) -> None:
+    """Refuse to deploy into the colour a promotion replaced while it is kept for a switch-back."""
+    ns = kube.get("v1", "Namespace", colour_namespace(bp, candidate)) or {}
+    until = ((ns.get("metadata") or {}).get("annotations") or {}).get(KEPT_ANNOTATION)
+    if until:
+        raise StackFailure(
+            f"{bp.name}: {candidate} is the colour the last promotion replaced, kept until {until} "
+            f"(promotion.keep_previous_colour_s) as the switch-back target; deploy after it is retired, or free it "
+            f"now with: pdlift rollback BLUEPRINT {candidate}. Nothing was applied", "KeptColour")
+
+
+def wait_namespace_gone(kube: KubeApply, ns: str, wait_s: float, clock: Clock, terminating_only: bool = False) -> None:
+    """Bounded wait until ``ns`` no longer exists (with ``terminating_only``: only if it is being deleted)."""
+    deadline = clock.monotonic() + wait_s
+    while (obj := kube.get("v1", "Namespace", ns)) is not None:
+        if terminating_only and not (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        if clock.monotonic() >= deadline:
+            raise StageFailed(f"namespace {ns} is still terminating after {wait_s:.0f}s; check its finalizers "
+                              f"(kubectl get namespace {ns} -o yaml)")
+        clock.sleep(2.0)
 
 
 def check_room(bp: Blueprint, kube: KubeApply, candidate: str, live: str, objects: list[dict]) -> None:
@@ -236,10 +263,5 @@ def rollback(bp: Blueprint, kube: KubeApply, colour: str, wait_s: float = 300.0,
                                                ("v1", "Namespace", ns, None)):
         if kube.delete(api_version, kind, name, namespace):
             deleted.append(f"{kind} {namespace + '/' if namespace else ''}{name}")
-    deadline = clock.monotonic() + wait_s
-    while kube.get("v1", "Namespace", ns) is not None:
-        if clock.monotonic() >= deadline:
-            raise StageFailed(f"namespace {ns} is still terminating after {wait_s:.0f}s; check its finalizers "
-                              f"(kubectl get namespace {ns} -o yaml)")
-        clock.sleep(2.0)
+    wait_namespace_gone(kube, ns, wait_s, clock)
     return RolledBack(colour, tuple(deleted))

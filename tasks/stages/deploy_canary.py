@@ -23,6 +23,7 @@ evidence fails the canary: without a count there is no proof.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
 NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
 PREFIX_QUERIES = "external_prefix_cache_queries_total"
 PREFIX_HITS = "external_prefix_cache_hits_total"
+# "provider efa", "provider: tcp", "selected provider is tcp;ofi_rxm", "provider=sockets"
+_PROVIDER_NAMED = re.compile(r"provider(?: is)?[:=]?\s+([a-z0-9_]+(?:;[a-z0-9_]+)?)")
 # Below this share of the prompt loaded from the prefill, the decode engine recomputed the rest.
 MIN_LOADED_SHARE = 0.9
 DEFAULT_TOKENS = 16384
@@ -100,11 +103,16 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 
 def transport_in_log(text: str) -> str | None:
-    """The KV transport an engine's start-up log names: ``efa``, ``tcp``, or None (it names none)."""
+    """The KV transport an engine's start-up log names: ``efa``, another provider's name (``tcp``,
+    ``sockets``, ...), or None when it names none. A provider named other than efa wins: the
+    manifests set FI_PROVIDER=efa, so libfabric naming anything else means it fell back."""
     lowered = text.lower()
-    if "backend libfabric was instantiated" in lowered or "efa device (libfabric)" in lowered:
-        # libfabric falls back to its tcp provider when EFA is not usable: that is not EFA
-        return "tcp" if any(k in lowered for k in ("provider tcp", "provider: tcp", "tcp;ofi_rxm")) else "efa"
+    named = {m.group(1).split(";")[0] for m in _PROVIDER_NAMED.finditer(lowered)}
+    others = sorted(named - {"efa"})
+    if others:
+        return others[0]
+    if named or "efa device (libfabric)" in lowered or "backend libfabric was instantiated" in lowered:
+        return "efa"
     if "backend ucx was instantiated" in lowered:
         return "tcp"  # UCX has no EFA transport
     return None

@@ -38,6 +38,7 @@ from tasks.stages.benchmark import baseline_path, write_atomic
 from tasks.stages.reserve import Clock
 
 PROBE_PROMPT = "pdlift promotion check: say something"
+KEPT_ANNOTATION = "pdlift.io/kept-until"  # on a replaced colour's namespace until it is retired
 PROBE_TOKENS = 4
 
 
@@ -131,15 +132,26 @@ class Retired:
 def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing: ServiceRouting,
                     clock: Clock = Clock()) -> Retired | None:
     """Delete the colour a promotion replaced, after the blueprint's keep window. None when there
-    was no other colour to retire."""
+    was no other colour to retire.
+
+    While kept, the colour's namespace carries ``pdlift.io/kept-until``: the deploy stage refuses
+    to bring a new candidate up in it, so the retire can never delete someone else's candidate.
+    Only a namespace that still carries the mark is deleted."""
     if not previous or previous == promoted:
         return None
     keep = bp.promotion.keep_previous_colour_s
+    ns = colour_namespace(bp, previous)
+    if routing.presence("v1", "Namespace", ns) != "present":
+        return Retired(previous, 0, (), f"{ns} is already gone")
+    until = clock.now() + dt.timedelta(seconds=keep)
+    routing.annotate("v1", "Namespace", ns, None, {KEPT_ANNOTATION: until.strftime("%Y-%m-%dT%H:%M:%SZ")})
     if keep:
         clock.sleep(keep)
-    live = live_colour(bp, routing)
-    if live == previous:
+    if live_colour(bp, routing) == previous:
+        routing.annotate("v1", "Namespace", ns, None, {KEPT_ANNOTATION: None})
         return Retired(previous, keep, (), f"production routes to {previous} again; it is kept")
+    if KEPT_ANNOTATION not in routing.annotations("v1", "Namespace", ns):
+        return Retired(previous, keep, (), f"{ns} was deleted or deployed again meanwhile; left alone")
     return Retired(previous, keep, rollback(bp, previous, routing).deleted)
 
 

@@ -15,7 +15,7 @@ DONE = Ledger("sandbox-2p2d", "run1", "2026-11-29T00:00:00Z",
               outputs={"reserve": {"reservation_id": "cr-1"},
                        "launch": {"nodes": [{"instance_id": i} for i in IDS]},
                        "deploy": {"colour": "green"}})
-ALL_THERE = Observed("active", frozenset(IDS), True)
+ALL_THERE = Observed("active", frozenset(IDS), True, live_colour="blue")   # green is still the candidate
 
 
 @pytest.mark.parametrize("stage", ["reserve", "launch", "fabric", "weights", "deploy"])
@@ -23,8 +23,24 @@ def test_a_stage_done_whose_results_are_all_there_is_skipped(stage):
     assert still_done(stage, DONE, ALL_THERE)
 
 
-def test_the_benchmark_is_never_skipped():
-    assert not still_done("benchmark", DONE, ALL_THERE)
+PROMOTED = replace(DONE, outputs={**DONE.outputs, "benchmark": {"outcome": "promoted",
+                                                                   "promotion": {"colour": "green"}}})
+
+
+def test_a_benchmark_that_did_not_promote_the_live_colour_runs_again():
+    assert not still_done("benchmark", DONE, ALL_THERE)                     # no verdict recorded
+    assert not still_done("benchmark", PROMOTED, ALL_THERE)                 # production went back to blue
+
+
+def test_a_finished_run_re_run_has_nothing_left_to_do():
+    live_green = replace(ALL_THERE, live_colour="green")
+    assert all(still_done(s, PROMOTED, live_green) for s in ("reserve", "launch", "fabric", "weights", "deploy",
+                                                              "benchmark"))
+
+
+def test_a_deployed_colour_that_is_live_without_this_run_promoting_it_is_not_a_candidate():
+    # e.g. promoted by hand: deploying again is the only way to get a new candidate
+    assert not still_done("deploy", DONE, replace(ALL_THERE, live_colour="green"))
 
 
 @pytest.mark.parametrize("stage", ["reserve", "launch", "deploy"])

@@ -8,7 +8,9 @@ import pytest
 from tasks.adapters.engine_http import EngineHttp
 from tasks.errors import StackNotReady, StageFailed
 from tasks.planning.manifests.common import COLOUR_LABEL
+from tasks.stages import deploy as deploy_stage
 from tasks.stages import promote as stage
+from tasks.stages.deploy_wait import StackFailure
 from tasks.stages.reserve import Clock
 from tests.fixtures.kube import wait_for
 
@@ -75,7 +77,16 @@ def test_after_a_promotion_the_previous_colour_is_deleted_once_the_keep_window_e
     with EngineHttp() as http:
         done = stage.promote(bp, "green", stacks.routing, http, timeout_s=30)
     slept: list[float] = []
-    retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing, Clock(sleep=slept.append))
+
+    def keep_window(seconds: float) -> None:
+        slept.append(seconds)
+        # While kept, blue is marked, and no deploy may bring a new candidate up in it.
+        assert stage.KEPT_ANNOTATION in stacks.routing.annotations("v1", "Namespace", f"{bp.name}-blue")
+        with pytest.raises(StackFailure, match="kept until") as refused:
+            deploy_stage.check_not_kept(bp, stacks.kube, "blue")
+        assert refused.value.reason == "KeptColour"
+
+    retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing, Clock(sleep=keep_window))
     assert slept == [600] and retired.colour == "blue" and retired.kept_s == 600
     assert set(retired.deleted) == {f"Deployment {bp.name}/router-blue", f"Service {bp.name}/router-blue",
                                     f"Namespace {bp.name}-blue"}
@@ -92,3 +103,18 @@ def test_a_previous_colour_production_routes_to_again_is_kept(candidate_env):
     assert retired.deleted == () and "routes to blue again" in retired.skipped
     assert _colour_objects(stacks, "blue") == blue_before
     assert stage.retire_previous(bp, None, "green", stacks.routing) is None   # a first promotion has none
+
+
+def test_a_kept_colour_freed_and_deployed_again_meanwhile_is_left_alone(candidate_env):
+    stacks, bp = candidate_env, _keeping(candidate_env.blueprint, 60)
+    with EngineHttp() as http:
+        done = stage.promote(bp, "green", stacks.routing, http, timeout_s=30)
+
+    def someone_redeploys_blue(_seconds: float) -> None:
+        # `pdlift rollback` then a new deploy: a fresh namespace without the mark
+        stacks.routing.annotate("v1", "Namespace", f"{bp.name}-blue", None, {stage.KEPT_ANNOTATION: None})
+
+    blue_before = _colour_objects(stacks, "blue")
+    retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing, Clock(sleep=someone_redeploys_blue))
+    assert retired.deleted == () and "deployed again meanwhile" in retired.skipped
+    assert _colour_objects(stacks, "blue") == blue_before

@@ -92,6 +92,8 @@ def test_the_transport_is_read_from_the_start_up_log():
     assert transport_in_log("x\n" + LIBFABRIC_LOG) == "efa"
     assert transport_in_log("... using EFA device (libfabric) for KV ...") == "efa"
     assert transport_in_log(LIBFABRIC_LOG + "libfabric: selected provider: tcp\n") == "tcp"
+    assert transport_in_log(LIBFABRIC_LOG + "NET/OFI Selected provider is sockets\n") == "sockets"
+    assert transport_in_log(LIBFABRIC_LOG + "NIXL LIBFABRIC: provider efa, 16 domains\n") == "efa"
     assert transport_in_log(UCX_LOG) == "tcp"
     assert transport_in_log("INFO Application startup complete\n") is None
 
