@@ -47,11 +47,21 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def http(method: str, path: str, body: dict | None = None, timeout: float = 10.0):
+RETRY_STATUS = (502, 503, 504)  # SQLite busy right after `prefect deploy` answers 503; Prefect's own client retries too
+
+
+def http(method: str, path: str, body: dict | None = None, timeout: float = 10.0, attempts: int = 8):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(API + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with NO_PROXY.open(req, timeout=timeout) as resp:
-        return json.loads(resp.read() or b"null")
+    for attempt in range(attempts):
+        req = urllib.request.Request(API + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with NO_PROXY.open(req, timeout=timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            if e.code not in RETRY_STATUS or attempt == attempts - 1:
+                raise
+            time.sleep(min(0.5 * 2 ** attempt, 5.0))
 
 
 def wait_for(check, what: str, timeout_s: float) -> None:
@@ -125,8 +135,10 @@ def up() -> dict[str, str]:
 
 def trigger(blueprint: str) -> str:
     dep = http("GET", "/deployments/name/migrate/migrate")
-    body = {"parameters": {"params": {"blueprint": blueprint}}, "name": f"demo-{int(time.time())}",
-            "tags": ["pdlift-demo"]}
+    name = f"demo-{int(time.time())}"
+    # the idempotency key makes a retried POST (after a 503) give the same run, not a second one
+    body = {"parameters": {"params": {"blueprint": blueprint}}, "name": name, "tags": ["pdlift-demo"],
+            "idempotency_key": name}
     return http("POST", f"/deployments/{dep['id']}/create_flow_run", body)["id"]
 
 
