@@ -1,7 +1,8 @@
 """The whole migration: the plan first, then each stage in order, resumable by run id.
 
 Re-running with the same run id skips the stages the ledger says are done, after checking that
-what they made still exists, and continues. A failed stage leaves a clear state: what exists,
+what they made still exists, and continues; once one stage runs again (a new reservation, new
+nodes), every later stage runs again too (``tasks.planning.resume.leading_done``). A failed stage leaves a clear state: what exists,
 what it costs per hour, and the command that tears it down (a markdown artifact and the log).
 """
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from tasks import migrate as steps
 from tasks import plan as plan_tasks
+from tasks.planning import resume
 
 Stage = Literal["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
 ALL_STAGES: tuple[Stage, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
@@ -47,8 +49,9 @@ def migrate(params: MigrateParams = MigrateParams()) -> dict:
     run_id = steps.run_id_for(params.blueprint, params.run_id)
     wanted = [s for s in ALL_STAGES if s in params.stages and s not in params.skip]
     summary: list[dict] = []
+    skipped = resume.leading_done(wanted, params.rerun, lambda s: steps.already_done(params.blueprint, run_id, s))
     for stage in wanted:
-        if stage not in params.rerun and steps.already_done(params.blueprint, run_id, stage):
+        if stage in skipped:
             log.info("stage %s: done in an earlier attempt of run %s, and still there; skipped", stage, run_id)
             summary.append({"stage": stage, "status": "skipped (done)", "seconds": 0.0})
             continue

@@ -155,10 +155,15 @@ class Ec2Capacity:
         return [_reservation(r) for r in out.get("CapacityReservations", [])]
 
     def reservation(self, reservation_id: str) -> Reservation | None:
+        """None when EC2 no longer knows the id (long expired, or another account's sandbox)."""
         try:
             found = self.reservations(ids=[reservation_id])
         except ResourceGone:
             return None
+        except RequestRejected as e:
+            if e.code == "InvalidCapacityReservationId.NotFound":
+                return None
+            raise
         return found[0] if found else None
 
     def create_reservation(self, request: dict) -> Reservation:

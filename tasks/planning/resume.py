@@ -11,11 +11,14 @@ A stage is skipped only if what it made is still there, as observed now:
 - benchmark: only when it promoted the deployed colour and that colour is still live.
 
 Redeploys and rollouts reuse the fleet's run id for new work: they name the stages to run again
-(``rerun``), which are never skipped.
+(``rerun``), which are never skipped. Only a leading run of stages is skipped: once one stage runs
+again (a new reservation, new nodes), every later one runs again too, since it was done on what
+was just replaced.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tasks.planning.ledger import Ledger
@@ -63,3 +66,15 @@ def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:
     if stage == "benchmark":
         return fleet_intact and observed.candidate_present and promoted_here and observed.live_colour == colour
     return False
+
+
+def leading_done(wanted: Iterable[str], rerun: Iterable[str], is_done: Callable[[str], bool]) -> list[str]:
+    """The stages to skip: those at the start of ``wanted`` that are still done and not to be rerun.
+    ``is_done`` is asked in order, and no further than the first stage that must run."""
+    again = set(rerun)
+    skip = []
+    for stage in wanted:
+        if stage in again or not is_done(stage):
+            break
+        skip.append(stage)
+    return skip

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from tasks.planning.ledger import Ledger
-from tasks.planning.resume import Observed, still_done
+from tasks.planning.resume import Observed, leading_done, still_done
 
 IDS = ("i-0a", "i-0b", "i-0c", "i-0d")
 DONE = Ledger("sandbox-2p2d", "run1", "2026-11-29T00:00:00Z",
@@ -68,3 +68,23 @@ def test_a_deploy_whose_candidate_was_rolled_back_runs_again():
 def test_a_ledger_without_the_outputs_it_needs_never_skips():
     bare = replace(DONE, outputs={})
     assert not any(still_done(s, bare, ALL_THERE) for s in ("reserve", "launch", "deploy"))
+
+
+def test_once_a_stage_runs_again_every_later_stage_runs_again_too():
+    # New nodes after a lost reservation: fabric and weights were done on the old ones.
+    done_before = {"reserve": False, "launch": True, "fabric": True, "weights": True}
+    asked: list[str] = []
+
+    def is_done(stage: str) -> bool:
+        asked.append(stage)
+        return done_before[stage]
+
+    assert leading_done(list(done_before), [], is_done) == []
+    assert asked == ["reserve"]   # nothing after the first stage that must run is asked
+
+
+def test_a_leading_run_of_done_stages_is_skipped_up_to_a_rerun():
+    stages = ["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
+    assert leading_done(stages, [], lambda s: s != "weights") == ["reserve", "launch", "fabric"]
+    assert leading_done(stages, ["weights", "deploy", "benchmark"], lambda s: True) == ["reserve", "launch",
+                                                                                        "fabric"]

@@ -139,3 +139,8 @@ def test_every_action_the_stage_made_is_in_the_iam_policy(aws_env, adapters, bp,
     made = {f"{r['service']}:{r['action']}" for r in aws_env.admin.requests()}
     made = {a.replace("service-quotas:", "servicequotas:") for a in made}
     assert made and made <= set(actions()), made - set(actions())
+
+
+def test_a_reservation_id_ec2_no_longer_knows_reads_as_gone_so_a_resumed_run_reserves_again(adapters):
+    # e.g. the ledger of an old run after the sandbox (or the account's history) forgot it
+    assert adapters.capacity.reservation("cr-0123456789abcdef0") is None
