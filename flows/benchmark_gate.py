@@ -8,8 +8,8 @@
 
 How the run waits: a run of a deployment is *suspended* (``suspend_flow_run``): its process
 exits and frees the worker, and on resume the flow runs again from the top; the benchmark and
-the gate are cached by (blueprint, colour, run id) with persisted results (``tasks.benchmark``),
-so the replay reuses the measurement and the verdict the person saw. A run without a
+the gate are cached by (blueprint, colour, run id, deploy generation) with persisted results
+(``tasks.benchmark``), so the replay reuses the measurement and the verdict the person saw. A run without a
 deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
 it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
 A suspended run whose timeout passes is failed by Prefect when someone tries to resume it, and
@@ -30,6 +30,7 @@ from prefect.input import RunInput
 from blueprints.loader import load_blueprint
 from tasks import benchmark
 from tasks.errors import BenchmarkBelowGate
+from tasks.planning.promotion_decision import decide, rolled_back_message
 
 PAUSE_POLL_S = 2
 
@@ -65,21 +66,19 @@ def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], r
     bp = load_blueprint(blueprint_path)
     measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target, generation)
     verdict = benchmark.gate(blueprint_path, colour, run_id, measured, generation)
-    outcome, decision, rollback = verdict["outcome"], f"gate {verdict['outcome']}", benchmark.rollback_candidate
-    if outcome == "INCONCLUSIVE":
-        approved, why = _ask_a_person(run_id, bp.promotion.approval_timeout_s, verdict["reasons"], verdict["report"])
-        outcome, decision = ("PASS" if approved else "FAIL"), f"gate INCONCLUSIVE, {why}"
-        if approved is None:
-            # The run is still Paused on the server, which starts no task run of a paused flow
-            # run: the rollback runs in this process as a plain function.
-            rollback = benchmark.rollback_candidate.fn
-    get_run_logger().info(f"{bp.name} {colour}: {decision}")
-    if outcome == "PASS":
+    decision = decide(verdict["outcome"])
+    if verdict["outcome"] == "INCONCLUSIVE":
+        decision = decide("INCONCLUSIVE", *_ask_a_person(run_id, bp.promotion.approval_timeout_s,
+                                                         verdict["reasons"], verdict["report"]))
+    get_run_logger().info(f"{bp.name} {colour}: {decision.text}")
+    if decision.promote:
         promoted = benchmark.promote_candidate(blueprint_path, colour, run_id, verdict["results_path"])
         retired = benchmark.retire_previous_colour(blueprint_path, promoted)
-        return {"outcome": "promoted", "decision": decision, "gate": verdict, "promotion": promoted,
+        return {"outcome": "promoted", "decision": decision.text, "gate": verdict, "promotion": promoted,
                 "retired": retired}
-    rolled_back = rollback(blueprint_path, colour, decision)
-    raise BenchmarkBelowGate(f"{bp.name}: candidate {colour} rolled back ({decision}; deleted "
-                             f"{', '.join(rolled_back['deleted']) or 'nothing'}): " + "; ".join(verdict["reasons"][:5])
-                             + f". Report: {verdict['report']}")
+    # A run still Paused on the server (no answer in time) gets no task runs started: the
+    # rollback then runs in this process as a plain function.
+    rollback = benchmark.rollback_candidate.fn if decision.timed_out else benchmark.rollback_candidate
+    rolled_back = rollback(blueprint_path, colour, decision.text)
+    raise BenchmarkBelowGate(rolled_back_message(bp.name, colour, decision, rolled_back["deleted"],
+                                                 verdict["reasons"], verdict["report"]))

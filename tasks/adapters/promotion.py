@@ -47,6 +47,10 @@ class ServiceRouting:
         self._kube = kube or KubeApply(api_client)
         self._core = k8s.CoreV1Api(api_client)
 
+    @property
+    def kube(self) -> KubeApply:
+        return self._kube
+
     def apply(self, obj: dict) -> Applied:
         """Server-side apply of one object (idempotent)."""
         return self._kube.apply(obj)

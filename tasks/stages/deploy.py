@@ -25,12 +25,12 @@ from tasks.adapters.kube_apply import Applied, KubeApply, PodInfo
 from tasks.errors import ConfigError, RemoteUnavailable, StackNotReady, StageFailed
 from tasks.planning.manifests import colour_namespace, render_checked, stable_namespace, to_yaml
 from tasks.planning.manifests import common as c
+from tasks.planning.manifests.common import KEPT_ANNOTATION
 from tasks.planning.manifests.router import router_name, selector as router_selector
 from tasks.planning.manifests.views import routers
 from tasks.planning import room
 from tasks.stages import deploy_canary as canary
 from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
-from tasks.stages.promote import KEPT_ANNOTATION
 from tasks.stages.reserve import Clock
 
 Progress = Callable[[str], None]
@@ -249,19 +249,23 @@ class RolledBack:
 
 
 def rollback(bp: Blueprint, kube: KubeApply, colour: str, wait_s: float = 300.0, clock: Clock = Clock()) -> RolledBack:
-    """Delete the candidate ``colour``: its router (Deployment, Service) and its engines' namespace.
-    Deleting what is already gone is a no-op. Refuses the live colour. Waits (bounded) until the
-    namespace is gone, so its GPUs are free for the next candidate."""
+    """Delete ``colour``'s router (Deployment, Service) and its engines' namespace: a candidate
+    after a failure or a FAIL, or a replaced colour being retired. Deleting what is already gone,
+    or still going, is a no-op. Refuses the live colour. With ``wait_s``, waits (bounded) until
+    the namespace is gone, so its GPUs are free for the next candidate."""
     c.check_colour(colour)
-    if live_colour(bp, kube) == colour:
-        raise StageFailed(f"refusing to roll back {bp.name} {colour}: it is the live colour (the production "
-                          f"Service selects it); promote the other colour first")
     ns, stable = colour_namespace(bp, colour), stable_namespace(bp)
+    if live_colour(bp, kube) == colour:
+        raise StageFailed(f"refusing to roll back {colour} of {bp.name}: it is the live colour (the production "
+                          f"Service {stable}/{bp.name} selects it); promote the other colour first")
     deleted = []
     for api_version, kind, name, namespace in (("apps/v1", "Deployment", router_name(colour), stable),
                                                ("v1", "Service", router_name(colour), stable),
                                                ("v1", "Namespace", ns, None)):
-        if kube.delete(api_version, kind, name, namespace):
+        obj = kube.get(api_version, kind, name, namespace)
+        # An object being deleted answers a second DELETE with 409: leave it to finish.
+        if obj and not obj["metadata"].get("deletionTimestamp") and kube.delete(api_version, kind, name, namespace):
             deleted.append(f"{kind} {namespace + '/' if namespace else ''}{name}")
-    wait_namespace_gone(kube, ns, wait_s, clock)
+    if wait_s:
+        wait_namespace_gone(kube, ns, wait_s, clock)
     return RolledBack(colour, tuple(deleted))

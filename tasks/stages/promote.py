@@ -31,14 +31,15 @@ from tasks.adapters.promotion import Endpoint, ServiceRouting
 from tasks.errors import PdliftError, StackNotReady, StageFailed
 from tasks.planning.bench_baseline import baseline_from_summaries, dumps_baseline
 from tasks.planning.manifests import render_production_service
-from tasks.planning.manifests.common import COLOUR_LABEL, colour_namespace, stable_namespace
+from tasks.planning.manifests.common import COLOUR_LABEL, KEPT_ANNOTATION, colour_namespace, stable_namespace
 from tasks.planning.manifests.router import router_name
 from tasks.planning.metrics import ScenarioSummary
+from tasks.stages import deploy as deploy_stage
 from tasks.stages.benchmark import baseline_path, write_atomic
+from tasks.stages.deploy import RolledBack
 from tasks.stages.reserve import Clock
 
 PROBE_PROMPT = "pdlift promotion check: say something"
-KEPT_ANNOTATION = "pdlift.io/kept-until"  # on a replaced colour's namespace until it is retired
 PROBE_TOKENS = 4
 
 
@@ -53,15 +54,8 @@ class Promotion:
     answered: tuple[str, ...]     # production endpoints that served the check request
 
 
-@dataclass(frozen=True)
-class RolledBack:
-    colour: str
-    deleted: tuple[str, ...]      # what existed and was deleted
-
-
 def live_colour(bp: Blueprint, routing: ServiceRouting) -> str | None:
-    selector = routing.selector(stable_namespace(bp), bp.name)
-    return None if selector is None else selector.get(COLOUR_LABEL)
+    return deploy_stage.live_colour(bp, routing.kube)
 
 
 def _colour_endpoints(bp: Blueprint, colour: str, routing: ServiceRouting) -> tuple[list[Endpoint], set]:
@@ -106,19 +100,9 @@ def promote(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completio
 
 
 def rollback(bp: Blueprint, colour: str, routing: ServiceRouting) -> RolledBack:
-    stable = stable_namespace(bp)
-    if live_colour(bp, routing) == colour:
-        raise StageFailed(f"refusing to roll back {colour}: the production Service {stable}/{bp.name} routes "
-                          f"to it; promote the other colour first")
-    targets = [("apps/v1", "Deployment", router_name(colour), stable),
-               ("v1", "Service", router_name(colour), stable),
-               ("v1", "Namespace", colour_namespace(bp, colour), None)]
-    deleted = []
-    for api, kind, name, ns in targets:
-        # A namespace being deleted answers a second DELETE with 409: leave it to finish.
-        if routing.presence(api, kind, name, ns) == "present" and routing.delete(api, kind, name, ns):
-            deleted.append(f"{kind} {ns + '/' if ns else ''}{name}")
-    return RolledBack(colour, tuple(deleted))
+    """The deploy stage's rollback (``tasks.stages.deploy.rollback``), without waiting for the
+    namespace to go: the next deploy waits for a terminating namespace itself."""
+    return deploy_stage.rollback(bp, routing.kube, colour, wait_s=0)
 
 
 @dataclass(frozen=True)

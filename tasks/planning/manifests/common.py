@@ -21,6 +21,7 @@ from tasks.planning.topology import LAYER_LABEL, ROLE_LABEL
 Colour = Literal["blue", "green"]
 COLOURS = ("blue", "green")
 DEPLOYMENT_LABEL, COLOUR_LABEL = "pdlift.io/deployment", "pdlift.io/colour"
+KEPT_ANNOTATION = "pdlift.io/kept-until"  # on a replaced colour's namespace until it is retired
 INSTANCE_TYPE_LABEL, HOSTNAME = "node.kubernetes.io/instance-type", "kubernetes.io/hostname"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
