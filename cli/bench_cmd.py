@@ -22,20 +22,10 @@ EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
 
 def _target(bp, args) -> str:
-    from tasks.adapters.promotion import ServiceRouting
-    from tasks.deploy import kube_api_client
-    from tasks.errors import StackNotReady
-    from tasks.planning.manifests.common import stable_namespace
+    from tasks.benchmark import ready_url
     from tasks.planning.manifests.router import router_name
 
-    if args.target:
-        return args.target
-    service = router_name(args.colour) if args.colour else bp.name
-    with kube_api_client(bp) as api:
-        ready = [e for e in ServiceRouting(api).endpoints(stable_namespace(bp), service) if e.ready]
-    if not ready:
-        raise StackNotReady(f"no ready endpoint behind Service {stable_namespace(bp)}/{service}; pass --target URL")
-    return ready[0].url
+    return args.target or ready_url(bp, router_name(args.colour) if args.colour else bp.name)
 
 
 def _progress(done: int, total: int, spec) -> None:

@@ -66,10 +66,9 @@ def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], r
     bp = load_blueprint(blueprint_path)
     measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target, generation)
     verdict = benchmark.gate(blueprint_path, colour, run_id, measured, generation)
-    decision = decide(verdict["outcome"])
-    if verdict["outcome"] == "INCONCLUSIVE":
-        decision = decide("INCONCLUSIVE", *_ask_a_person(run_id, bp.promotion.approval_timeout_s,
-                                                         verdict["reasons"], verdict["report"]))
+    answer = _ask_a_person(run_id, bp.promotion.approval_timeout_s, verdict["reasons"], verdict["report"]) \
+        if verdict["outcome"] == "INCONCLUSIVE" else (None, "")
+    decision = decide(verdict["outcome"], *answer)
     get_run_logger().info(f"{bp.name} {colour}: {decision.text}")
     if decision.promote:
         promoted = benchmark.promote_candidate(blueprint_path, colour, run_id, verdict["results_path"])

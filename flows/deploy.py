@@ -26,8 +26,7 @@ def deploy_flow(blueprint_path: str, colour: str | None = None, run_id: str | No
     try:
         deployed = deploy.deploy_candidate(run, candidate, poll_s)
     except StackNotReady as e:
-        # These applied nothing: the colour they name may be a kept previous colour, not ours
-        if rollback_on_failure and getattr(e, "reason", "") not in ("NoRoom", "KeptColour"):
+        if rollback_on_failure and not getattr(e, "applied_nothing", False):
             deploy.rollback_candidate(run.blueprint, candidate)
         raise
     deploy.publish(deployed)

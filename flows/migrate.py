@@ -2,8 +2,9 @@
 
 Re-running with the same run id skips the stages the ledger says are done, after checking that
 what they made still exists, and continues; once one stage runs again (a new reservation, new
-nodes), every later stage runs again too (``tasks.planning.resume.leading_done``). A failed stage leaves a clear state: what exists,
-what it costs per hour, and the command that tears it down (a markdown artifact and the log).
+nodes), every later stage runs again too (``tasks.planning.resume``). A failed stage leaves a
+clear state: what exists, what it costs per hour, and the command that tears it down (a markdown
+artifact and the log).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pydantic import BaseModel, Field
 
 from tasks import migrate as steps
 from tasks import plan as plan_tasks
-from tasks.planning import resume
 
 Stage = Literal["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
 ALL_STAGES: tuple[Stage, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
@@ -49,7 +49,7 @@ def migrate(params: MigrateParams = MigrateParams()) -> dict:
     run_id = steps.run_id_for(params.blueprint, params.run_id)
     wanted = [s for s in ALL_STAGES if s in params.stages and s not in params.skip]
     summary: list[dict] = []
-    skipped = resume.leading_done(wanted, params.rerun, lambda s: steps.already_done(params.blueprint, run_id, s))
+    skipped = steps.stages_to_skip(params.blueprint, run_id, wanted, params.rerun)
     for stage in wanted:
         if stage in skipped:
             log.info("stage %s: done in an earlier attempt of run %s, and still there; skipped", stage, run_id)

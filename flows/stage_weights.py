@@ -13,6 +13,7 @@ import sys
 
 from prefect import flow
 
+from tasks import plan as plan_tasks
 from tasks import weights
 from tasks.adapters.ssh import SshNode
 from tasks.planning.staging_progress import NodeProgress
@@ -27,7 +28,7 @@ def stage_weights(blueprint_path: str, nodes: list[SshNode], write_manifest: boo
         write_manifest: hash objects that have no checksum yet (pdlift-manifest.json) first.
         timeout_s: per-node stager timeout; default from the model size (50 MB/s + 15 min).
     """
-    blueprint = weights.load(blueprint_path)
+    blueprint = plan_tasks.load(blueprint_path)
     manifest = weights.make_manifest(blueprint.model.weights_uri, blueprint.aws.region, write_manifest)
     probes = weights.probe_nodes(blueprint, nodes, manifest)
     weights.plan(blueprint, manifest, probes)

@@ -10,7 +10,6 @@ never cached: they run once, after the decision.
 from __future__ import annotations
 
 import hashlib
-import re
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +26,7 @@ from tasks.adapters.ledger_store import state_dir
 from tasks.adapters.promotion import ServiceRouting
 from tasks.deploy import kube_api_client
 from tasks.errors import PdliftError, StackNotReady
+from tasks.planning.identity import artifact_key
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.manifests.common import stable_namespace
 from tasks.planning.manifests.router import router_name
@@ -41,18 +41,19 @@ def _key(kind: str, parameters: dict) -> str:
                                                                                   else "")
 
 
-def _artifact_key(*parts: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+def ready_url(bp, service: str) -> str:
+    """The first ready endpoint of ``service`` in the deployment's stable namespace."""
+    with kube_api_client(bp) as api:
+        ready = [e for e in ServiceRouting(api).endpoints(stable_namespace(bp), service) if e.ready]
+    if not ready:
+        raise StackNotReady(f"no ready endpoint behind Service {stable_namespace(bp)}/{service}; "
+                            "is it deployed? (or pass --target URL)")
+    return ready[0].url
 
 
 def candidate_url(bp, colour: str) -> str:
-    """The candidate's router, through its Service's endpoints (the first ready one)."""
-    with kube_api_client(bp) as api:
-        ready = [e for e in ServiceRouting(api).endpoints(stable_namespace(bp), router_name(colour)) if e.ready]
-    if not ready:
-        raise StackNotReady(f"no ready endpoint behind Service {stable_namespace(bp)}/{router_name(colour)}; "
-                            "is the candidate deployed? (or pass --target URL)")
-    return ready[0].url
+    """The candidate's router, through its Service's endpoints."""
+    return ready_url(bp, router_name(colour))
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("bench", p), persist_result=True)
@@ -60,7 +61,7 @@ def benchmark_candidate(blueprint_path: str, colour: str, run_id: str, target: s
                         generation: str = "") -> dict:
     bp, log = load_blueprint(blueprint_path), get_run_logger()
     url = target or candidate_url(bp, colour)
-    progress_id = create_progress_artifact(0.0, key=_artifact_key("bench", bp.name, "progress"),
+    progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
                                            description=f"benchmark of {bp.name} ({colour}) against {url}")
 
     def progress(done: int, total: int, spec) -> None:
@@ -87,10 +88,10 @@ def gate(blueprint_path: str, colour: str, run_id: str, benchmark: dict, generat
     notes = tuple(bench.PointNote(**n) for n in benchmark["notes"])
     png, markdown = bench.write_report(Path(benchmark["directory"]), report, report_json, summaries, baseline,
                                        notes, f"{bp.name} {colour} (run {run_id})")
-    create_markdown_artifact(markdown=markdown, key=_artifact_key("gate", bp.name),
+    create_markdown_artifact(markdown=markdown, key=artifact_key("gate", bp.name),
                              description=f"promotion gate of {bp.name} {colour}: {report.outcome.value}")
     for scenario in report.scenarios:
-        create_table_artifact(rows_for_table(report, scenario), key=_artifact_key("gate", bp.name, scenario),
+        create_table_artifact(rows_for_table(report, scenario), key=artifact_key("gate", bp.name, scenario),
                               description=f"{scenario}: candidate vs baseline")
     emit_event(f"pdlift.gate.{report.outcome.value.lower()}",
                resource={"prefect.resource.id": f"pdlift.deployment.{bp.name}", "prefect.resource.name": bp.name},

@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from blueprints.loader import load_blueprint
 from tasks.adapters import eks as eks_adapter
 from tasks.adapters.kube_nodes import KubeNodes
-from tasks.errors import is_transient
+from tasks.errors import retry_if_transient
 from tasks.planning import ledger as ledger_plan
 from tasks.runs import Run, aws_adapters, open_run
 from tasks.stages import launch as launch_stage
@@ -20,25 +20,17 @@ from tasks.stages import reserve as reserve_stage
 from tasks.stages import teardown as teardown_stage
 
 
-def _transient(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except Exception as e:  # noqa: BLE001 - we only classify here
-        return is_transient(e)
-    return False
-
-
 @task(cache_policy=NO_CACHE)
 def start_run(blueprint_path: str, run_id: str | None) -> Run:
     return open_run(load_blueprint(blueprint_path), run_id)
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=_transient)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
 def preflight(run: Run) -> list[str]:
     return reserve_stage.preflight(run.blueprint, aws_adapters(run.blueprint).capacity)
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60], retry_condition_fn=_transient)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60], retry_condition_fn=retry_if_transient)
 def reserve(run: Run) -> reserve_stage.Reserved:
     reserved = reserve_stage.reserve(run.blueprint, run.identity, aws_adapters(run.blueprint).capacity, run.record)
     run.stage_done("reserve", dataclasses.asdict(reserved))

@@ -131,3 +131,12 @@ class ParseError(PdliftError):
 def is_transient(exc: BaseException) -> bool:
     """True when retrying the same call may succeed (drives Prefect retry_condition_fn)."""
     return isinstance(exc, TransientError)
+
+
+def retry_if_transient(task, task_run, state) -> bool:
+    """A Prefect ``retry_condition_fn``: retry a task run only when it failed transiently."""
+    try:
+        state.result()
+    except Exception as e:  # noqa: BLE001 - classification only
+        return is_transient(e)
+    return False

@@ -7,12 +7,12 @@ the raw results stay under the run's state folder for trend baselines.
 
 from __future__ import annotations
 
-import re
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from tasks.planning.identity import artifact_key
 from tasks.runs import Run
 from tasks.stages import fabric_run
 
@@ -21,7 +21,7 @@ from tasks.stages import fabric_run
 def validate_fabric(run: Run) -> dict:
     """Validate every node's GPUs, EFA devices and links; raise FabricCheckFailed when it fails."""
     done = fabric_run.validate_run(run, get_run_logger().info)
-    key = re.sub(r"[^a-z0-9-]", "-", f"fabric-report-{run.blueprint.name}".lower())
+    key = artifact_key("fabric-report", run.blueprint.name)
     create_markdown_artifact(markdown=done.markdown, key=key,
                              description=f"fabric validation of run {run.identity.run_id}")
     done.outcome.raise_for_failure()

@@ -7,6 +7,7 @@ dispatches to them, reads and writes the run ledger, and reports a failure clear
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -120,21 +121,49 @@ def _ledger(blueprint_path: str, run_id: str):
 
 
 @task(cache_policy=NO_CACHE)
-def already_done(blueprint_path: str, run_id: str, stage: str) -> bool:
-    """Done in an earlier attempt AND what it made still exists (tasks.planning.resume)."""
+def stages_to_skip(blueprint_path: str, run_id: str, wanted: list[str], rerun: list[str]) -> list[str]:
+    """The leading stages an earlier attempt of this run did whose results still hold
+    (``tasks.planning.resume``). The ledger is read once, and each fact is looked up at most once."""
     bp = load_blueprint(blueprint_path)
     ledger = open_run(bp, run_id).ledger
-    if stage not in ledger.stages_done:
-        return False
-    aws = aws_adapters(bp)
-    rid, ids = resume.reservation_id(ledger), resume.launched_ids(ledger)
-    reservation = aws.capacity.reservation(rid) if stage == "reserve" and rid else None
-    running = frozenset(i.instance_id for i in aws.instances.describe(ids=ids) if i.state == "running") \
-        if ids and stage != "reserve" else frozenset()
-    colour = resume.deployed_colour(ledger)
-    present, live = _colour_state(bp, colour) if stage in ("deploy", "benchmark") and colour else (False, None)
-    observed = resume.Observed(reservation.state if reservation else None, running, present, live)
-    return resume.still_done(stage, ledger, observed)
+    facts = _Facts(bp, ledger)
+    return resume.leading_done(wanted, rerun, lambda stage: stage in ledger.stages_done and
+                               resume.still_done(stage, ledger, facts.for_stage(stage)))
+
+
+class _Facts:
+    """What exists now, looked up on first need: the reservation, the fleet, the deployed colour."""
+
+    def __init__(self, bp: Blueprint, ledger) -> None:
+        self.bp, self.ledger = bp, ledger
+
+    @functools.cached_property
+    def _aws(self):
+        return aws_adapters(self.bp)
+
+    @functools.cached_property
+    def reservation_state(self) -> str | None:
+        rid = resume.reservation_id(self.ledger)
+        found = self._aws.capacity.reservation(rid) if rid else None
+        return found.state if found else None
+
+    @functools.cached_property
+    def running(self) -> frozenset[str]:
+        ids = resume.launched_ids(self.ledger)
+        return frozenset(i.instance_id for i in self._aws.instances.describe(ids=ids)
+                         if i.state == "running") if ids else frozenset()
+
+    @functools.cached_property
+    def colour_state(self) -> tuple[bool, str | None]:
+        colour = resume.deployed_colour(self.ledger)
+        return _colour_state(self.bp, colour) if colour else (False, None)
+
+    def for_stage(self, stage: str) -> resume.Observed:
+        if stage == "reserve":
+            return resume.Observed(reservation_state=self.reservation_state)
+        if stage in ("deploy", "benchmark"):
+            return resume.Observed(None, self.running, *self.colour_state)
+        return resume.Observed(running=self.running)
 
 
 def _colour_state(bp: Blueprint, colour: str) -> tuple[bool, str | None]:

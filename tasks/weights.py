@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from blueprints.loader import load_blueprint
 from blueprints.schema import Blueprint
 from tasks import weights_nodes
-from tasks.adapters.s3 import WeightStore, manifest_for, s3_client, write_hash_file
+from tasks.adapters.s3 import WeightStore, manifest_for, s3_client
 from tasks.adapters.ssh import NodeShell, SshNode, SshSettings
-from tasks.errors import ConfigError, is_transient
+from tasks.errors import ConfigError, retry_if_transient
 from tasks.planning.staging import Manifest, NodeProbe, StagingPlan, check_safetensors_header, plan_staging
 from tasks.planning.staging_progress import NodeProgress
 
@@ -40,29 +39,14 @@ def progress_listener(fn: Listener) -> Iterator[None]:
         _listeners.remove(fn)
 
 
-def _transient(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except Exception as e:  # noqa: BLE001 - classification only
-        return is_transient(e)
-    return False
-
-
-@task(cache_policy=NO_CACHE)
-def load(path: str) -> Blueprint:
-    return load_blueprint(path)
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_transient)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_if_transient)
 def make_manifest(uri: str, region: str, write_missing: bool = False) -> Manifest:
     """List the weights with their checksums and check every safetensors header.
 
     ``write_missing`` first hashes objects that have no checksum anywhere (pdlift-manifest.json).
     """
     store = WeightStore(s3_client(region))
-    if write_missing:
-        write_hash_file(store, uri)
-    manifest = manifest_for(store, uri)
+    manifest = manifest_for(store, uri, write_missing)
     shards = [e for e in manifest.entries if e.key.endswith(".safetensors")]
     store.map(lambda e: check_safetensors_header(
         e.key, store.safetensors_header(manifest.bucket, e.key, e.size, e.etag), e.size), shards)

@@ -9,10 +9,10 @@ relays, so they reach no log, artifact or exception text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
-import re
 import time
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from tasks.adapters.ssh import (NodeShell, Outcome, RemoteCommandFailed, RemoteC
                                 run_on_all)
 from tasks.errors import (HostKeyMismatch, PdliftError, RemoteUnavailable, StageFailed,
                           WeightVerificationFailed)
+from tasks.planning.identity import artifact_key
 from tasks.planning.staging import Manifest, NodeProbe, stage_timeout_s
 from tasks.planning.staging_progress import (NodeProgress, ProgressBoard, failure_message, parse_event,
                                              throughput_rows, total)
@@ -38,6 +39,7 @@ EXIT_REASONS = {2: "bad manifest or arguments", 3: "not enough free space", 4: "
 VERIFY_EXIT = 4
 
 
+@functools.cache  # the stager's files do not change while pdlift runs; hash them once, not per node
 def remote_dir() -> str:
     """Where the stager goes on a node: content-addressed, so nodes never run a stale copy."""
     digest = hashlib.sha256()
@@ -166,10 +168,6 @@ def _error_class(failed: list[Outcome]) -> type[PdliftError]:
     if all(isinstance(e, RemoteUnavailable) for e in errors):
         return RemoteUnavailable
     return StageFailed
-
-
-def artifact_key(*parts: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]
 
 
 class ProgressArtifacts:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from tasks.adapters import aws_client
 from tasks.adapters.aws_client import ResourceGone, call
 from tasks.errors import RequestRejected
 

@@ -23,7 +23,7 @@ from urllib3.exceptions import HTTPError
 
 from tasks.errors import (ApiThrottled, ConfigError, RemoteUnavailable, RequestRejected, StageFailed)
 from tasks.planning.manifests.common import GPU
-from tasks.planning.room import ROLE_LABEL, FleetNode, GpuPod
+from tasks.planning.room import ROLE_LABEL, FleetNode, GpuPod, pod_gpus
 
 FIELD_MANAGER = "pdlift"
 TIMEOUT_S = 30
@@ -256,8 +256,7 @@ class KubeApply:
         for p in doc.get("items") or []:
             node = (p.get("spec") or {}).get("nodeName") or ""
             if node in names:
-                gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
-                           for c in p["spec"].get("containers") or [])
+                gpus = pod_gpus(p)
                 if gpus:
                     pods.append(GpuPod(p["metadata"].get("namespace", ""), p["metadata"]["name"], node, gpus))
         return nodes, pods

@@ -32,15 +32,20 @@ class LedgerStore:
         return Ledger.from_dict(json.loads(p.read_text()))
 
     def save(self, ledger: Ledger) -> None:
-        p = self.path(ledger.deployment, ledger.run_id)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".ledger-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(ledger.to_dict(), f, indent=2, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+        text = json.dumps(ledger.to_dict(), indent=2, sort_keys=True, default=str)
+        write_atomic(self.path(ledger.deployment, ledger.run_id), text)
 
     def runs(self, deployment: str) -> list[str]:
         folder = self.root / deployment
         return sorted(p.stem for p in folder.glob("*.json")) if folder.exists() else []
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``path`` so a reader sees the old file or the whole new one, never a part (fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -106,11 +106,14 @@ class WeightStore:
             return list(pool.map(fn, items))
 
 
-def manifest_for(store: WeightStore, uri: str) -> Manifest:
-    """The staging manifest for ``uri``: listing + S3 checksums + pdlift-manifest.json."""
+def manifest_for(store: WeightStore, uri: str, write_missing: bool = False) -> Manifest:
+    """The staging manifest for ``uri``: listing + S3 checksums + pdlift-manifest.json. With
+    ``write_missing``, objects without a checksum anywhere are hashed into that file first (one
+    listing serves both)."""
     bucket, prefix = split_s3_uri(uri)
     objects = store.list_objects(bucket, prefix)
-    return build_manifest(bucket, prefix, objects, store.read_json(bucket, prefix + HASH_FILE))
+    doc = _hash_missing(store, uri, objects) if write_missing else store.read_json(bucket, prefix + HASH_FILE)
+    return build_manifest(bucket, prefix, objects, doc)
 
 
 def write_hash_file(store: WeightStore, uri: str,
@@ -121,7 +124,13 @@ def write_hash_file(store: WeightStore, uri: str,
     adding a shard hashes only that shard. Returns the document written.
     """
     bucket, prefix = split_s3_uri(uri)
-    objects = [o for o in store.list_objects(bucket, prefix) if o.key != prefix + HASH_FILE]
+    return _hash_missing(store, uri, store.list_objects(bucket, prefix), on_object)
+
+
+def _hash_missing(store: WeightStore, uri: str, listed: list[ListedObject],
+                  on_object: Callable[[str, int], None] | None = None) -> dict:
+    bucket, prefix = split_s3_uri(uri)
+    objects = [o for o in listed if o.key != prefix + HASH_FILE]
     old = (store.read_json(bucket, prefix + HASH_FILE) or {}).get("objects", {})
 
     def one(o: ListedObject) -> tuple[str, tuple[int, str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 TAG_DEPLOYMENT = "pdlift:deployment"
@@ -75,3 +76,8 @@ def run_filters(deployment: str, run_id: str | None = None) -> list[dict]:
 
 def tag_dict(tag_list: list[dict] | None) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in (tag_list or [])}
+
+
+def artifact_key(*parts: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) from name parts."""
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]

@@ -39,8 +39,9 @@ class Need:
     gpus_per_pod: int
 
 
-def _gpus(template: dict) -> int:
-    containers = (template.get("spec") or {}).get("containers") or []
+def pod_gpus(pod_or_template: dict) -> int:
+    """GPUs a pod (or a pod template) asks for, summed over its containers."""
+    containers = (pod_or_template.get("spec") or {}).get("containers") or []
     return sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0)) for c in containers)
 
 
@@ -56,7 +57,7 @@ def needs(objects: list[dict]) -> list[Need]:
         leader = lwt.get("leaderTemplate") or lwt["workerTemplate"]
         for template, pods in ((leader, groups), (lwt["workerTemplate"], groups * (size - 1))):
             role = ((template.get("spec") or {}).get("nodeSelector") or {}).get(ROLE_LABEL, "")
-            gpus = _gpus(template)
+            gpus = pod_gpus(template)
             if pods and gpus:
                 count[(role, gpus)] += pods
     return [Need(role, pods, gpus) for (role, gpus), pods in sorted(count.items())]

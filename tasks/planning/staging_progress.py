@@ -12,7 +12,6 @@ import json
 import threading
 from dataclasses import dataclass, field, replace
 
-STATES = ("waiting", "staging", "done", "failed")
 
 
 @dataclass(frozen=True)

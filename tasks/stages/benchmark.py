@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from blueprints.schema import Blueprint
+from tasks.adapters.ledger_store import write_atomic
 from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
 from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_results, loads_baseline,
                                           loads_results)
@@ -73,16 +72,6 @@ def bench_dir(state_dir: Path, deployment: str, run_id: str) -> Path:
 
 def baseline_path(state_dir: Path, deployment: str) -> Path:
     return Path(state_dir) / "baselines" / f"{deployment}.json"
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_specs(bp: Blueprint, target: str, run_id: str) -> list[LoadSpec]:

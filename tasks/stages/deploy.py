@@ -145,7 +145,8 @@ def check_not_kept(bp: Blueprint, kube: KubeApply, candidate: str) -> None:
         raise StackFailure(
             f"{bp.name}: {candidate} is the colour the last promotion replaced, kept until {until} "
             f"(promotion.keep_previous_colour_s) as the switch-back target; deploy after it is retired, or free it "
-            f"now with: pdlift rollback BLUEPRINT {candidate}. Nothing was applied", "KeptColour")
+            f"now with: pdlift rollback BLUEPRINT {candidate}. Nothing was applied", "KeptColour",
+            applied_nothing=True)
 
 
 def wait_namespace_gone(kube: KubeApply, ns: str, wait_s: float, clock: Clock, terminating_only: bool = False) -> None:
@@ -168,7 +169,7 @@ def check_room(bp: Blueprint, kube: KubeApply, candidate: str, live: str, object
         raise StackFailure(
             f"{bp.name}: no room for the candidate {candidate} beside the live {live}: " + "; ".join(short)
             + ". A blue/green rollout needs free nodes for a second colour (`pdlift plan` says how many); "
-              "nothing was applied and the live colour is untouched", "NoRoom")
+              "nothing was applied and the live colour is untouched", "NoRoom", applied_nothing=True)
 
 
 def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup]:
@@ -231,7 +232,7 @@ def run_canary(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str,
                                   options.canary_timeout_s)
     after = scrape()
     # Start-up logs name the transport for engines whose metrics cannot (stock vLLM with NIXL).
-    transports = None if any(s.name.endswith(canary.KV_BYTES_SUFFIX) for v in after.values() for s in v) else {
+    transports = None if canary.exporter_present(after) else {
         role: canary.transport_in_log(kube.log_head(p.namespace, p.name, _engine_container(p)))
         for role, pods in leaders.items() for p in pods[:1]}
     return canary.judge(tokens, done.ttft_s, bound, bp.kv_transfer.protocol, before, after, transports)

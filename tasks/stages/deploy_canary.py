@@ -118,6 +118,11 @@ def transport_in_log(text: str) -> str | None:
     return None
 
 
+def exporter_present(samples_by_role: dict[str, list[Sample]]) -> bool:
+    """Whether any engine exports the KV-transfer exporter's byte counter."""
+    return any(s.name.endswith(KV_BYTES_SUFFIX) for samples in samples_by_role.values() for s in samples)
+
+
 def _total(samples: Iterable[Sample], name: str) -> float | None:
     values = [s.value for s in samples if s.name == name]
     return sum(values) if values else None
@@ -164,8 +169,7 @@ def judge(prompt_tokens: int, ttft_s: float, ttft_bound_s: float, expected_proto
     """``before``/``after``: the metrics samples of the ``prefill`` and ``decode`` leaders (pooled
     per role), scraped just before and just after the canary; ``transports``: what each role's
     start-up log names (``transport_in_log``), used with vLLM's own NIXL metrics. Pure."""
-    exported = any(s.name.endswith(KV_BYTES_SUFFIX) for role in after for s in after[role])
-    if not exported and any(_total(after[role], NIXL_BYTES) is not None for role in after):
+    if not exporter_present(after) and any(_total(after[role], NIXL_BYTES) is not None for role in after):
         named = [t for t in (transports or {}).values() if t]
         # one engine on another transport is enough to say the path fell back
         transport = next((t for t in named if t != expected_protocol), named[0] if named else None)

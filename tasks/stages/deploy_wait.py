@@ -58,9 +58,11 @@ class StackFailure(StackNotReady):
     (CrashLoopBackOff, ImagePullBackOff, FailedScheduling, Timeout:<phase>, Canary);
     ``diagnostics`` is the full text (events, log tails) for the run's artifact."""
 
-    def __init__(self, message: str, reason: str, diagnostics: str = ""):
+    def __init__(self, message: str, reason: str, diagnostics: str = "", applied_nothing: bool = False):
         super().__init__(message)
         self.reason, self.diagnostics = reason, diagnostics or message
+        # refused before any apply: the colour it names may be someone else's, never roll it back
+        self.applied_nothing = applied_nothing
 
 
 RouterCheck = Callable[[list[PodInfo]], list[str]]  # router pods -> workers not listed healthy

@@ -142,7 +142,7 @@ def validate(spec: FabricSpec, nodes: Sequence[FabricNode], runner: Runner, *, r
         if failure:
             break
     else:
-        failure = failure or "fabric validation did not converge within its replacement bound"
+        failure = "fabric validation did not converge within its replacement bound"
     versions = {n.name: ctx.cache.inventory[n.name].versions for n in fleet if n.name in ctx.cache.inventory}
     _nccl_versions(ctx.cache, versions)
     passed = bool(passes) and passes[-1].passed and failure is None

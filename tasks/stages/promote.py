@@ -28,14 +28,14 @@ from typing import Protocol
 
 from blueprints.schema import Blueprint
 from tasks.adapters.promotion import Endpoint, ServiceRouting
-from tasks.errors import PdliftError, StackNotReady, StageFailed
+from tasks.errors import PdliftError, StackNotReady
 from tasks.planning.bench_baseline import baseline_from_summaries, dumps_baseline
 from tasks.planning.manifests import render_production_service
 from tasks.planning.manifests.common import COLOUR_LABEL, KEPT_ANNOTATION, colour_namespace, stable_namespace
-from tasks.planning.manifests.router import router_name
 from tasks.planning.metrics import ScenarioSummary
 from tasks.stages import deploy as deploy_stage
-from tasks.stages.benchmark import baseline_path, write_atomic
+from tasks.adapters.ledger_store import write_atomic
+from tasks.stages.benchmark import baseline_path
 from tasks.stages.deploy import RolledBack
 from tasks.stages.reserve import Clock
 
@@ -58,7 +58,7 @@ def live_colour(bp: Blueprint, routing: ServiceRouting) -> str | None:
     return deploy_stage.live_colour(bp, routing.kube)
 
 
-def _colour_endpoints(bp: Blueprint, colour: str, routing: ServiceRouting) -> tuple[list[Endpoint], set]:
+def _colour_endpoints(bp: Blueprint, routing: ServiceRouting) -> tuple[list[Endpoint], set]:
     ns = stable_namespace(bp)
     ready = [e for e in routing.endpoints(ns, bp.name) if e.ready]
     colours = {routing.pod_labels(ns, e.pod).get(COLOUR_LABEL) for e in ready}
@@ -71,7 +71,7 @@ def check_traffic(bp: Blueprint, colour: str, routing: ServiceRouting, http: Com
     ns = stable_namespace(bp)
     deadline = clock.monotonic() + timeout_s
     while True:
-        ready, colours = _colour_endpoints(bp, colour, routing)
+        ready, colours = _colour_endpoints(bp, routing)
         if ready and colours == {colour}:
             break
         if clock.monotonic() >= deadline:
