@@ -1,12 +1,9 @@
-"""Registry of stage subcommands beyond validate and plan.
-
-Each entry is ``register(subparsers, handlers)``; a stage module adds its commands by appending
-its registrar here, so `cli/main.py` stays a table of contents.
-"""
+"""The subcommands, one module per stage: each module's ``register(subparsers, handlers)`` adds its
+own, in the order ``pdlift --help`` lists them (the pipeline's order)."""
 
 from __future__ import annotations
 
-from cli import bench_cmd, capacity_cmd, deploy_cmd, eks_token_cmd, fabric_cmd, flows_cmd, weights_cmd
+from cli import aws, benchmark, deploy, fabric, launch, plan, reserve, teardown, weights
 
-REGISTRARS = [flows_cmd.register, eks_token_cmd.register, capacity_cmd.register, weights_cmd.register, deploy_cmd.register,
-              fabric_cmd.register, bench_cmd.register]
+REGISTRARS = [plan.register, reserve.register, launch.register, fabric.register, weights.register,
+              deploy.register, benchmark.register, teardown.register, aws.register]

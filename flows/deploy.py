@@ -7,30 +7,30 @@ from __future__ import annotations
 
 from prefect import flow
 
-from tasks import capacity, deploy
-from tasks.errors import StackNotReady
+from flows import pipeline
+from tasks import deploy
+from tasks.errors import StackFailure, StackNotReady
+from tasks.planning.records import Deployed
 
 
 @flow(name="deploy")
-def deploy_flow(blueprint_path: str, colour: str | None = None, run_id: str | None = None,
-                rollback_on_failure: bool = False, poll_s: float = 5.0) -> dict:
+def deploy_flow(blueprint_path: str, run_id: str | None = None, colour: str | None = None,
+                rollback_on_failure: bool = False, poll_s: float = 5.0) -> Deployed:
     """Args:
         blueprint_path: the blueprint.
-        colour: blue or green; default the colour the production Service does not select.
         run_id: the run whose ledger records the result (default: derived from the blueprint).
+        colour: blue or green; default the colour the production Service does not select.
         rollback_on_failure: delete a failed candidate (default: keep it for inspection).
         poll_s: the longest gap between status polls while waiting.
     """
-    run = capacity.start_run(blueprint_path, run_id)
-    candidate = deploy.choose_colour(run.blueprint, colour)
+    run = pipeline.start(blueprint_path, run_id)
+    candidate = deploy.choose_colour(run, colour)
     try:
-        deployed = deploy.deploy_candidate(run, candidate, poll_s)
+        deployed = deploy.deploy(run, candidate, poll_s)
     except StackNotReady as e:
-        if rollback_on_failure and not getattr(e, "applied_nothing", False):
-            deploy.rollback_candidate(run.blueprint, candidate)
+        refused_before_any_apply = isinstance(e, StackFailure) and e.applied_nothing
+        if rollback_on_failure and not refused_before_any_apply:
+            deploy.rollback(run, candidate, wait_s=300.0)
         raise
     deploy.publish(deployed)
-    return {"run_id": run.identity.run_id, "deployment": deployed.deployment, "colour": deployed.colour,
-            "live_colour": deployed.live_colour, "engines_namespace": deployed.engines_namespace,
-            "router_service": f"{deployed.router_namespace}/{deployed.router_service}",
-            "phases_s": deployed.phases_s, "bring_up_s": deployed.bring_up_s, "canary": deployed.canary}
+    return pipeline.done(run, deployed)

@@ -9,16 +9,27 @@ artifact and the log).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from pydantic import BaseModel, Field
 
-from tasks import migrate as steps
+from flows import pipeline
+from flows.benchmark import benchmark_flow
+from flows.deploy import deploy_flow
+from flows.fabric import fabric_flow
+from flows.launch import launch_flow
+from flows.pipeline import StageFlow
+from flows.reserve import reserve_flow
+from flows.weights import weights_flow
+from tasks import pipeline as pipeline_tasks
 from tasks import plan as plan_tasks
+from tasks.planning.approval import check_capacity_block_approval
+from tasks.planning.records import StagedWeights
+from tasks.runs import Run
 
 Stage = Literal["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
-ALL_STAGES: tuple[Stage, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
+ALL_STAGES: tuple[Stage, ...] = get_args(Stage)  # pipeline order; tasks.planning.records.PIPELINE
 # A redeploy or rollout onto a fleet: new weights or image, a new candidate, a new verdict.
 REDEPLOY_STAGES: list[Stage] = ["weights", "deploy", "benchmark"]
 
@@ -38,28 +49,28 @@ class MigrateParams(BaseModel):
     engine_image: str | None = Field(None, description="Override the engine image (rollouts).")
 
 
+def _weights(run: Run) -> StagedWeights:
+    # write_manifest: objects with no S3 checksum are hashed once into pdlift-manifest.json (reused after)
+    return weights_flow(run.blueprint_path, run.run_id, write_manifest=True)
+
+
+STAGE_FLOWS: dict[str, StageFlow] = {
+    "reserve": lambda run: reserve_flow(run.blueprint_path, run.run_id),
+    "launch": lambda run: launch_flow(run.blueprint_path, run.run_id),
+    "fabric": lambda run: fabric_flow(run.blueprint_path, run.run_id),
+    "weights": _weights,
+    "deploy": lambda run: deploy_flow(run.blueprint_path, run.run_id),
+    "benchmark": lambda run: benchmark_flow(run.blueprint_path, run.run_id),
+}
+
+
 @flow(name="migrate", log_prints=True)
 def migrate(params: MigrateParams = MigrateParams()) -> dict:
-    log = get_run_logger()
-    blueprint = plan_tasks.load(params.blueprint)
-    plan_tasks.publish_plan(plan_tasks.plan(blueprint))
+    run = pipeline.start(params.blueprint, params.run_id)
+    plan_tasks.publish_plan(plan_tasks.plan(run.blueprint))
     if params.dry_run:
         return {"dry_run": True, "stages": []}
-    steps.check_capacity_block_approval(blueprint, params.approve_capacity_block_purchase)
-    run_id = steps.run_id_for(params.blueprint, params.run_id)
+    check_capacity_block_approval(run.blueprint, params.approve_capacity_block_purchase)
     wanted = [s for s in ALL_STAGES if s in params.stages and s not in params.skip]
-    summary: list[dict] = []
-    skipped = steps.stages_to_skip(params.blueprint, run_id, wanted, params.rerun)
-    for stage in wanted:
-        if stage in skipped:
-            log.info("stage %s: done in an earlier attempt of run %s, and still there; skipped", stage, run_id)
-            summary.append({"stage": stage, "status": "skipped (done)", "seconds": 0.0})
-            continue
-        log.info("stage %s: started", stage)
-        try:
-            summary.append(steps.run_stage(stage, params.blueprint, run_id, params.engine_image))
-            log.info("stage %s: done in %.1f s", stage, summary[-1]["seconds"])
-        except Exception as e:
-            steps.report_failure(params.blueprint, run_id, stage, e)
-            raise
-    return steps.finish(params.blueprint, run_id, summary)
+    summary = pipeline.run_stages(run, wanted, params.rerun, STAGE_FLOWS)
+    return pipeline_tasks.finish(run, summary)

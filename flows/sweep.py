@@ -5,12 +5,12 @@ from __future__ import annotations
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from tasks import capacity
+from tasks import teardown
 
 
 @flow(name="sweep")
 def sweep_flow(region: str = "us-east-2", apply: bool = False, active_runs: list[str] | None = None) -> dict:
-    result = capacity.sweep(region, apply, active_runs or [])
+    result = teardown.sweep(region, apply, active_runs or [])
     rows = [{"kind": f["kind"], "id": f["resource_id"], "deployment": f["deployment"], "run": f["run_id"],
              "created": f["created_at"], "ttl_h": f["ttl_hours"],
              "action": ("released" if apply else "would release")} for f in result["stale"]]

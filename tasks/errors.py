@@ -9,17 +9,24 @@
     │   ├── NotReadyYet          a poll that has not converged yet
     │   └── RemoteUnavailable    a node or endpoint did not answer (connection, timeout)
     ├── StageFailed              stop this stage; the message says what to do next
-    │   ├── RequestRejected      the provider refused the request (quota, parameters)
+    │   ├── RequestRejected      the provider refused the request (quota, parameters, credentials)
+    │   ├── ResourceGone         the resource does not exist (any more): a delete of it is done
     │   ├── HostKeyMismatch      an SSH host key is unknown or changed: never connect
+    │   ├── RemoteCommandFailed  a command on a node exited non-zero
+    │   ├── RemoteCommandTimeout a command on a node ran past its timeout and was killed
     │   ├── FabricCheckFailed
     │   ├── WeightVerificationFailed
     │   ├── StackNotReady
+    │   │   └── StackFailure     the candidate did not come up: reason class and diagnostics
     │   └── BenchmarkBelowGate
     └── ParseError               a tool printed something the parser cannot read
 
-Adapters translate vendor exceptions (botocore, paramiko, kubernetes) into this tree with
-``raise ... from e``; nothing above ``tasks/adapters`` catches a vendor exception. Retry
-decisions are made on the class (see ``is_transient``), never on message text.
+Adapters translate vendor exceptions into this tree with ``raise ... from e``, one translator
+per vendor: ``tasks.adapters.aws_client.translate`` (botocore: EC2, EKS, S3, STS),
+``tasks.adapters.kube_errors.translate`` (the Kubernetes API) and
+``tasks.adapters.ssh_errors.translate`` (paramiko). Nothing above ``tasks/adapters`` catches a
+vendor exception. Retry decisions are made on the class (see ``is_transient``), never on
+message text.
 """
 
 from __future__ import annotations
@@ -104,8 +111,28 @@ class RequestRejected(StageFailed):
         self.code = code
 
 
+class ResourceGone(StageFailed):
+    """The resource does not exist (any more). Stop, unless deleting it was the point: then it is done."""
+
+
 class HostKeyMismatch(StageFailed):
     """An SSH host key was unknown or differs from the pinned one."""
+
+
+class RemoteCommandFailed(StageFailed):
+    """A remote command exited non-zero."""
+
+    def __init__(self, message: str, *, node: str, exit_code: int):
+        super().__init__(message)
+        self.node, self.exit_code = node, exit_code
+
+
+class RemoteCommandTimeout(StageFailed):
+    """A remote command ran past its timeout and its process group was killed."""
+
+    def __init__(self, message: str, *, node: str, cleaned_up: bool):
+        super().__init__(message)
+        self.node, self.cleaned_up = node, cleaned_up
 
 
 class FabricCheckFailed(StageFailed):
@@ -118,6 +145,19 @@ class WeightVerificationFailed(StageFailed):
 
 class StackNotReady(StageFailed):
     """The serving stack did not become ready, or its data path is wrong."""
+
+
+class StackFailure(StackNotReady):
+    """The candidate failed to come up or its data path is wrong. ``reason`` is a short class
+    (CrashLoopBackOff, ImagePullBackOff, FailedScheduling, Timeout:<phase>, Canary, NoRoom,
+    KeptColour); ``diagnostics`` is the full text (events, log tails) for the run's artifact;
+    ``applied_nothing`` says it was refused before any apply (the colour it names may be
+    someone else's: never roll it back)."""
+
+    def __init__(self, message: str, reason: str, diagnostics: str = "", applied_nothing: bool = False):
+        super().__init__(message)
+        self.reason, self.diagnostics = reason, diagnostics or message
+        self.applied_nothing = applied_nothing
 
 
 class BenchmarkBelowGate(StageFailed):

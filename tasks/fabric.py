@@ -1,28 +1,36 @@
-"""Thin Prefect tasks for stage 3: validate the EFA fabric of the launched fleet, replace bad nodes.
+"""Thin Prefect task for stage 3: validate the EFA fabric of the run's fleet, replace bad nodes.
 
-The procedure is ``tasks/stages/fabric.py`` (layers, replacement loop); ``fabric_run`` wires it
-to the run's ledger, the AWS/EKS adapters and the SSH shell. The report is a markdown artifact;
-the raw results stay under the run's state folder for trend baselines.
+The procedure is ``tasks.stages.fabric`` (layers, replacement through the node lifecycle). The
+report is a markdown artifact; the raw results stay under the run's state folder.
 """
 
 from __future__ import annotations
-
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from tasks.errors import StageFailed
 from tasks.planning.identity import artifact_key
+from tasks.planning.records import FabricVerdict
 from tasks.runs import Run
-from tasks.stages import fabric_run
+from tasks.stages import fabric as stage
+from tasks.stages.nodes import NodeLifecycle
+from tasks.wiring import Wiring
 
 
 @task(cache_policy=NO_CACHE)  # a probe of live hardware: never replay a cached verdict
-def validate_fabric(run: Run) -> dict:
+def validate(run: Run) -> FabricVerdict:
     """Validate every node's GPUs, EFA devices and links; raise FabricCheckFailed when it fails."""
-    done = fabric_run.validate_run(run, get_run_logger().info)
-    key = artifact_key("fabric-report", run.blueprint.name)
-    create_markdown_artifact(markdown=done.markdown, key=key,
-                             description=f"fabric validation of run {run.identity.run_id}")
+    bp, fleet, reserved = run.blueprint, run.ledger.fleet(), run.ledger.reserved()
+    if fleet is None or not fleet.nodes or reserved is None:
+        raise StageFailed(f"run {run.run_id} has no launched fleet: run `pdlift launch {bp.name}` first")
+    with Wiring(bp) as wiring:
+        nodes = NodeLifecycle(bp, run.identity, reserved, wiring.instances, wiring.kube_nodes, run.record,
+                              run.ended_instance)
+        done = stage.validate_fleet(bp, run.run_id, fleet, nodes, wiring.shell, wiring.state_root,
+                                    get_run_logger().info)
+    create_markdown_artifact(markdown=done.markdown, key=artifact_key("fabric-report", bp.name),
+                             description=f"fabric validation of run {run.run_id}")
     done.outcome.raise_for_failure()
-    return done.summary
+    return done.verdict

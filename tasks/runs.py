@@ -1,8 +1,8 @@
-"""A run: its identity, its ledger, and the adapters built for it from standard AWS configuration.
+"""A run: its blueprint, its identity, and its ledger in the store every stage reads and writes.
 
-Clients are built here per run, never at import time; the AWS SDK picks endpoints and credentials
-from its standard configuration (AWS_ENDPOINT_URL_*, profiles, instance roles), which is also
-how the sandbox is selected.
+Resources are recorded the moment they exist (``record``), before anything else can fail;
+a stage's result is recorded once, by the pipeline runner (``flows/pipeline.py``), through
+``finish_stage``. The ledger is saved after every change.
 """
 
 from __future__ import annotations
@@ -12,62 +12,58 @@ import json
 from dataclasses import dataclass, field
 
 from blueprints.schema import Blueprint
-from tasks.adapters import aws_client
-from tasks.adapters.ec2_capacity import Ec2Capacity
-from tasks.adapters.ec2_instances import Ec2Instances
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.planning.identity import RunIdentity, default_run_id
-from tasks.planning.ledger import Ledger, LedgerEntry, now_str
+from tasks.planning.ledger import Ledger, LedgerEntry, now_str, parse_time
+from tasks.planning.records import StageRecord
 
 
 @dataclass
 class Run:
     blueprint: Blueprint
+    blueprint_path: str  # the file it was read from: cache keys, and commands an operator can paste
     identity: RunIdentity
     store: LedgerStore
     ledger: Ledger = field(repr=False)
 
+    @property
+    def run_id(self) -> str:
+        return self.identity.run_id
+
     def record(self, entry: LedgerEntry) -> None:
         """Persist a resource the moment it exists (before anything else can fail)."""
-        self.ledger = self.ledger.with_entry(entry)
-        self.store.save(self.ledger)
+        self._save(self.ledger.with_entry(entry))
 
-    def ended(self, kind: str, resource_id: str, at: dt.datetime) -> None:
-        self.ledger = self.ledger.ended(kind, resource_id, at)
-        self.store.save(self.ledger)
+    def ended(self, kind: str, resource_id: str, at: dt.datetime | None = None) -> None:
+        self._save(self.ledger.ended(kind, resource_id, at or dt.datetime.now(dt.timezone.utc)))
 
-    def stage_done(self, stage: str, output: dict) -> None:
-        self.ledger = self.ledger.with_stage(stage, output)
-        self.store.save(self.ledger)
+    def ended_instance(self, instance_id: str) -> None:
+        self.ended("instance", instance_id)
+
+    def finish_stage(self, record: StageRecord) -> None:
+        """The stage of ``record`` is done (only the pipeline runner calls this)."""
+        self._save(self.ledger.with_record(record))
+
+    def reload(self) -> None:
+        """Read the ledger again (another flow of this run may have written it since)."""
+        self.ledger = self.store.load(self.blueprint.name, self.run_id) or self.ledger
+
+    def _save(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.store.save(ledger)
 
 
-def open_run(bp: Blueprint, run_id: str | None = None, store: LedgerStore | None = None,
+def open_run(bp: Blueprint, blueprint_path: str, run_id: str | None = None, store: LedgerStore | None = None,
              now: dt.datetime | None = None) -> Run:
-    """Load this run's ledger, or start one. The run's start time is fixed at its first open."""
+    """This run's ledger, or a new one (saved with its first record). The start time is fixed when
+    the ledger is first written, so tags and costs of a resumed run keep their first start."""
     store = store or LedgerStore()
-    rid = run_id or default_run_id(json.dumps(bp.model_dump(mode="json", by_alias=True), sort_keys=True))
-    ledger = store.load(bp.name, rid)
-    if ledger is None:
-        started = now or dt.datetime.now(dt.timezone.utc)
-        ledger = Ledger(bp.name, rid, now_str(started))
-        store.save(ledger)
-    created = dt.datetime.strptime(ledger.created_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-    return Run(bp, RunIdentity(bp.name, rid, created, bp.aws.ttl_hours), store, ledger)
+    rid = run_id_of(bp, run_id)
+    ledger = store.load(bp.name, rid) or Ledger(bp.name, rid, now_str(now or dt.datetime.now(dt.timezone.utc)))
+    return Run(bp, blueprint_path, RunIdentity(bp.name, rid, parse_time(ledger.created_at), bp.aws.ttl_hours), store,
+               ledger)
 
 
-@dataclass(frozen=True)
-class AwsAdapters:
-    capacity: Ec2Capacity
-    instances: Ec2Instances
-    eks: object
-    sts: object
-
-
-def aws_adapters(bp: Blueprint) -> AwsAdapters:
-    sess = aws_client.session(bp.aws.region)
-    describe, create = aws_client.clients(sess, "ec2")
-    ssm = sess.client("ssm", config=aws_client.DESCRIBE_CONFIG)
-    quotas = sess.client("service-quotas", config=aws_client.DESCRIBE_CONFIG)
-    return AwsAdapters(Ec2Capacity(describe, create, ssm, quotas), Ec2Instances(describe, create),
-                       sess.client("eks", config=aws_client.DESCRIBE_CONFIG),
-                       sess.client("sts", config=aws_client.DESCRIBE_CONFIG))
+def run_id_of(bp: Blueprint, run_id: str | None = None) -> str:
+    """``run_id``, or the one derived from the blueprint (so re-running the same blueprint adopts)."""
+    return run_id or default_run_id(json.dumps(bp.model_dump(mode="json", by_alias=True), sort_keys=True))

@@ -27,10 +27,12 @@ from blueprints.loader import load_blueprint  # noqa: E402
 from sandbox.nodes import NodeManager  # noqa: E402
 from sandbox.nodes.tools import faults  # noqa: E402
 from tasks.adapters.ssh import NodeShell, SshSettings  # noqa: E402
-from tasks.adapters.ssh_hostkeys import parse_console_output  # noqa: E402
-from tasks.stages import fabric, fabric_report  # noqa: E402
+from tasks.parsing.console_output import parse_console_output  # noqa: E402
+from tasks.planning.fabric import report as fabric_report  # noqa: E402
+from tasks.planning.records import Node  # noqa: E402
+from tasks.stages import fabric  # noqa: E402
 from tasks.stages.fabric_exec import Runner  # noqa: E402
-from tasks.stages.fabric_layers import FabricNode  # noqa: E402
+from tasks.stages.fabric_results import ResultsDir  # noqa: E402
 
 
 def free_port() -> int:
@@ -50,12 +52,12 @@ def run_once(count: int, spec, fault: dict | None, report: Path | None) -> dict:
                       for i in range(count)]
             if fault:
                 faults.set_node_faults(state, booted[-1].instance_id, **fault)
-            nodes = [FabricNode(b.instance_id, b.address, "prefill" if i < count // 2 else "decode",
+            nodes = [Node(b.instance_id, b.address, "prefill" if i < count // 2 else "decode",
                                 tuple(parse_console_output(manager.console_output(b.instance_id))))
                      for i, b in enumerate(booted)]
             settings = SshSettings(user=booted[0].login_user, key_file=str(state / "ssh" / "id_ed25519"),
                                    port=manager.ssh_port, connect_timeout_s=5)
-            results = fabric_report.ResultsDir(None)
+            results = ResultsDir(None)
             start = time.monotonic()
             with NodeShell(settings) as shell:
                 outcome = fabric.validate(spec, nodes, Runner(shell, f"bench{count}", results.keep))

@@ -14,19 +14,16 @@ from typing import TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
-from tasks.errors import ApiThrottled, CapacityUnavailable, PdliftError, RemoteUnavailable, RequestRejected
-from tasks.planning.aws_errors import Action, backoff_seconds, classify, fix_for
+from tasks.errors import (ApiThrottled, CapacityUnavailable, ConfigError, PdliftError, RemoteUnavailable,
+                          RequestRejected, ResourceGone)
+from tasks.planning.aws_errors import THROTTLING, Action, backoff_seconds, classify, fix_for
 
 T = TypeVar("T")
 
 DESCRIBE_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=10, read_timeout=60)
 CREATE_CONFIG = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
-
-
-class ResourceGone(PdliftError):
-    """The resource does not exist any more (a delete of it counts as done)."""
 
 
 def session(region: str) -> boto3.session.Session:
@@ -39,18 +36,21 @@ def clients(sess: boto3.session.Session, service: str) -> tuple:
 
 
 def error_code(e: ClientError) -> str:
-    return e.response.get("Error", {}).get("Code", "Unknown")
+    """The AWS error code; the HTTP status when there is none (S3 answers a HEAD with a bare status)."""
+    err = e.response.get("Error", {}).get("Code")
+    return str(err or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "Unknown")
 
 
-def translate(e: Exception, what: str, zone: str | None = None) -> PdliftError:
-    """Map a botocore exception to the project's tree, keeping the AWS code; never the credentials."""
+def translate(e: BaseException, what: str, zone: str | None = None) -> PdliftError:
+    """Map a botocore exception (any service: EC2, EKS, S3, STS, SSM) to the project's tree, keeping
+    the AWS code; never the credentials. The category of each code is ``tasks.planning.aws_errors``."""
     if isinstance(e, ClientError):
         code = error_code(e)
         message = e.response.get("Error", {}).get("Message", "")
         action = classify(code)
         text = f"{what}: {code}: {message}".rstrip(": ")
         if action is Action.RETRY:
-            return ApiThrottled(text)
+            return ApiThrottled(text) if code in THROTTLING else RemoteUnavailable(text)
         if action is Action.FAIL_OVER:
             return CapacityUnavailable(text, zone=zone, code=code)
         if action is Action.GONE:
@@ -58,11 +58,15 @@ def translate(e: Exception, what: str, zone: str | None = None) -> PdliftError:
         if action is Action.WAIT_SLOT:
             return CapacityUnavailable(text + " (reservation slots may still be freeing after a terminate)",
                                        zone=zone, code=code)
+        if action is Action.FIX_INPUT:
+            return ConfigError(f"{text}. Fix: {fix_for(code)}")
         return RequestRejected(f"{text}. Fix: {fix_for(code)}", code=code)
+    if isinstance(e, NoCredentialsError):
+        return ConfigError(f"{what}: no AWS credentials (set a profile, an instance role or the AWS_* environment)")
     if isinstance(e, EndpointConnectionError):
         return RemoteUnavailable(f"{what}: cannot reach the AWS endpoint ({e.kwargs.get('endpoint_url', '')})")
-    if isinstance(e, BotoCoreError):
-        return RemoteUnavailable(f"{what}: {type(e).__name__}")
+    if isinstance(e, (BotoCoreError, OSError)):
+        return RemoteUnavailable(f"{what}: the AWS endpoint did not answer ({type(e).__name__})")
     raise TypeError(f"not a botocore error: {type(e).__name__}")
 
 

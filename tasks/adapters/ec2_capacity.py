@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from tasks.adapters.aws_client import ResourceGone, call
-from tasks.errors import RequestRejected
+from tasks.adapters.aws_client import call
+from tasks.errors import RequestRejected, ResourceGone
 
 P_INSTANCE_VCPU_QUOTA = "L-417A185B"  # Running On-Demand P instances (vCPUs)
 

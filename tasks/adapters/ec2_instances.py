@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.adapters.aws_client import ResourceGone, call
-from tasks.errors import RequestRejected
+from tasks.adapters.aws_client import call
+from tasks.errors import RequestRejected, ResourceGone
 
 
 @dataclass(frozen=True)

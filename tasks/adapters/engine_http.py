@@ -1,27 +1,20 @@
 """HTTP to the serving stack's pods: JSON reads, a streamed completion (the canary), metrics.
 
 Synchronous httpx, never through a proxy from the environment (``trust_env=False``): the pods
-are reached at their pod IPs from inside the VPC. The Prometheus text format is read here into
-``Sample`` records, so nothing above the adapters parses wire formats.
+are reached at their pod IPs from inside the VPC. Metrics come back as ``Sample`` records
+(``tasks.parsing.prometheus``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 
 import httpx
 
 from tasks.errors import RemoteUnavailable, StackNotReady
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
+from tasks.parsing.prometheus import Sample, parse_prometheus
 
 
 @dataclass(frozen=True)
@@ -109,29 +102,3 @@ def _sse_text(line: str, url: str) -> str | None:
         raise StackNotReady(f"POST {url}: error in the stream: {event['error']}")
     choices = event.get("choices") or []
     return "".join(str(c.get("text") or "") for c in choices) if choices else None
-
-
-# name{label="value",...} value [timestamp]
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def parse_prometheus(text: str) -> list[Sample]:
-    """Samples of the Prometheus text exposition format (0.0.4); comments and junk are skipped."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        labels = {k: re.sub(r'\\[\\"n]', lambda x: _UNESCAPE[x.group(0)], v)
-                  for k, v in _LABEL.findall(m.group(3) or "")}
-        try:
-            value = float(m.group(4))
-        except ValueError:
-            continue
-        out.append(Sample(m.group(1), labels, value))
-    return out

@@ -21,7 +21,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from tasks.errors import (ApiThrottled, ConfigError, RemoteUnavailable, RequestRejected, StageFailed)
+from tasks.adapters.kube_errors import HttpStatus, translate
+from tasks.errors import ConfigError, RequestRejected, ResourceGone
 from tasks.planning.manifests.common import GPU
 from tasks.planning.room import ROLE_LABEL, FleetNode, GpuPod, pod_gpus
 
@@ -99,38 +100,6 @@ class EventInfo:
         return f"{self.last_seen} {self.type} {self.reason} {self.object}: {self.message}{times}"
 
 
-def _translate(e: Exception, what: str) -> Exception:
-    if isinstance(e, _HttpStatus):
-        status, reason, message = e.status, e.reason, e.message
-        if status in (401, 403):
-            return StageFailed(f"{what}: Kubernetes refused our credentials ({status} {message}); give the "
-                               "pdlift role an EKS access entry with rights on the deployment's namespaces")
-        if status == 429:
-            return ApiThrottled(f"{what}: Kubernetes API throttled us ({message})")
-        if status >= 500:
-            return RemoteUnavailable(f"{what}: Kubernetes API answered {status} {reason}: {message}")
-        if status == 404 and "the server could not find the requested resource" in message:
-            return StageFailed(f"{what}: the cluster does not serve this kind; is its CRD (e.g. the "
-                               "LeaderWorkerSet controller) installed?")
-        if status == 409:
-            return StageFailed(f"{what}: conflict: {message}")
-        return RequestRejected(f"{what}: rejected ({status} {reason}): {message}", code=reason)
-    return RemoteUnavailable(f"{what}: cannot reach the Kubernetes API ({type(e).__name__}: {e})")
-
-
-class _HttpStatus(Exception):
-    def __init__(self, status: int, body: bytes):
-        self.status = status
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError:
-            doc = {}
-        doc = doc if isinstance(doc, dict) else {}
-        self.reason = str(doc.get("reason") or "")
-        self.message = str(doc.get("message") or body[:300].decode(errors="replace"))
-        super().__init__(f"{status} {self.reason}: {self.message}")
-
-
 def resource_path(api_version: str, kind: str, name: str | None = None, namespace: str | None = None) -> str:
     try:
         prefix, plural, namespaced = _KINDS[(api_version, kind)]
@@ -181,20 +150,18 @@ class KubeApply:
             response = self._api.call_api(*request, _request_timeout=self._timeout)
             data = response.read()
         except ApiException as e:
-            raise _translate(_HttpStatus(e.status or 0, (e.body or "").encode()), what) from e
+            raise translate(e, what) from e
         except (HTTPError, OSError) as e:
-            raise _translate(e, what) from e
+            raise translate(e, what) from e
         if not 200 <= response.status <= 299:
-            raise _translate(_HttpStatus(response.status, data), what) from None
+            raise translate(HttpStatus(response.status, data), what) from None
         return data.decode(errors="replace") if raw else json.loads(data or b"{}")
 
     def _get_or_none(self, path: str, what: str, query=None) -> dict | None:
         try:
             return self._call("GET", path, what, query)
-        except RequestRejected as e:
-            if e.code == "NotFound":
-                return None
-            raise
+        except ResourceGone:
+            return None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -225,10 +192,8 @@ class KubeApply:
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         try:
             self._call("DELETE", path, f"delete {kind} {name}", body=options, content_type="application/json")
-        except RequestRejected as e:
-            if e.code == "NotFound":
-                return False
-            raise
+        except ResourceGone:
+            return False
         return True
 
     # --- reads -------------------------------------------------------------------------------
@@ -277,8 +242,8 @@ class KubeApply:
             query = base + ([("previous", "true")] if previous else [])
             try:
                 text = self._call("GET", path, f"read the log of {namespace}/{pod}", query, raw=True)
-            except RequestRejected:
-                continue  # not started yet / no previous run: the API answers 400
+            except (RequestRejected, ResourceGone):
+                continue  # not started yet / no previous run: the API answers 400 (404: the pod is gone)
             if text.strip():
                 return text
         return ""
@@ -291,7 +256,7 @@ class KubeApply:
         query = [("limitBytes", str(limit_bytes))] + ([("container", container)] if container else [])
         try:
             return self._call("GET", path, f"read the log of {namespace}/{pod}", query, raw=True)
-        except RequestRejected:
+        except (RequestRejected, ResourceGone):
             return ""
 
 

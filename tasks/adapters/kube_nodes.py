@@ -8,7 +8,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from tasks.errors import RemoteUnavailable, StageFailed
+from tasks.adapters.kube_errors import translate
+from tasks.errors import ResourceGone
 
 
 @dataclass(frozen=True)
@@ -18,17 +19,6 @@ class NodeRecord:
     labels: dict[str, str]
     ready: bool
     allocatable: dict[str, str]
-
-
-def _translate(e: Exception, what: str) -> Exception:
-    if isinstance(e, ApiException):
-        if e.status in (401, 403):
-            return StageFailed(f"{what}: Kubernetes refused our credentials ({e.status} {e.reason}); "
-                               "give the pdlift role an EKS access entry for the cluster")
-        if e.status and e.status >= 500:
-            return RemoteUnavailable(f"{what}: Kubernetes API answered {e.status} {e.reason}")
-        return StageFailed(f"{what}: {e.status} {e.reason}")
-    return RemoteUnavailable(f"{what}: cannot reach the Kubernetes API ({type(e).__name__})")
 
 
 def instance_id_of(provider_id: str) -> str:
@@ -44,32 +34,31 @@ class KubeNodes:
         try:
             items = self._core.list_node(label_selector=label_selector, _request_timeout=30).items
         except (ApiException, HTTPError, OSError) as e:
-            raise _translate(e, "list nodes") from e
+            raise translate(e, "list nodes") from e
         return [_record(n) for n in items]
 
     def patch_labels(self, name: str, labels: dict[str, str]) -> None:
         try:
             self._core.patch_node(name, {"metadata": {"labels": labels}}, _request_timeout=30)
         except (ApiException, HTTPError, OSError) as e:
-            raise _translate(e, f"label node {name}") from e
+            raise translate(e, f"label node {name}") from e
 
     def namespaces(self, label_selector: str) -> list[str]:
         try:
             items = self._core.list_namespace(label_selector=label_selector, _request_timeout=30).items
         except (ApiException, HTTPError, OSError) as e:
-            raise _translate(e, "list namespaces") from e
+            raise translate(e, "list namespaces") from e
         return [n.metadata.name for n in items]
 
     def delete_namespace(self, name: str) -> None:
         """Deleting an absent namespace returns silently."""
         try:
             self._core.delete_namespace(name, _request_timeout=30)
-        except ApiException as e:
-            if e.status == 404:
+        except (ApiException, HTTPError, OSError) as e:
+            error = translate(e, f"delete namespace {name}")
+            if isinstance(error, ResourceGone):
                 return
-            raise _translate(e, f"delete namespace {name}") from e
-        except (HTTPError, OSError) as e:
-            raise _translate(e, f"delete namespace {name}") from e
+            raise error from e
 
 
 def _record(n) -> NodeRecord:

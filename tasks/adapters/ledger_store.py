@@ -11,7 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from tasks.planning.ledger import Ledger
+from tasks.errors import ConfigError
+from tasks.planning.ledger import Ledger, LedgerFormatError
 
 
 def state_dir() -> Path:
@@ -26,13 +27,19 @@ class LedgerStore:
         return self.root / deployment / f"{run_id}.json"
 
     def load(self, deployment: str, run_id: str) -> Ledger | None:
+        """The run's ledger; None when it has none yet. A file this pdlift cannot read is refused
+        (ConfigError naming it), never overwritten: it may be a newer pdlift's."""
         p = self.path(deployment, run_id)
         if not p.exists():
             return None
-        return Ledger.from_dict(json.loads(p.read_text()))
+        try:
+            return Ledger.from_dict(json.loads(p.read_text()))
+        except (ValueError, LedgerFormatError) as e:
+            raise ConfigError(f"cannot read the run ledger {p}: {e}. Move it aside to start the run afresh "
+                              f"(resources are found by their tags, so `pdlift teardown` still releases them)") from e
 
     def save(self, ledger: Ledger) -> None:
-        text = json.dumps(ledger.to_dict(), indent=2, sort_keys=True, default=str)
+        text = json.dumps(ledger.to_dict(), indent=2, sort_keys=True)
         write_atomic(self.path(ledger.deployment, ledger.run_id), text)
 
     def runs(self, deployment: str) -> list[str]:

@@ -14,14 +14,12 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tasks.errors import (ApiThrottled, ConfigError, RemoteUnavailable, RequestRejected,
-                          StageFailed, WeightVerificationFailed)
+from tasks.adapters import aws_client
+from tasks.errors import ConfigError, PdliftError, ResourceGone, WeightVerificationFailed
 from tasks.planning.staging import (HASH_FILE, ListedObject, Manifest, build_manifest,
                                     hash_file_document, safetensors_header_length, split_s3_uri)
 
 HEADER_PROBE = 64 << 10  # one ranged GET usually covers the whole safetensors header
-THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"}
-ACCESS_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "ExpiredToken"}
 
 
 def s3_client(region: str | None = None, timeout_s: float = 60.0):
@@ -70,7 +68,7 @@ class WeightStore:
         try:
             with _translated(f"s3://{bucket}/{key}"):
                 raw = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except ConfigError:  # NoSuchKey
+        except ResourceGone:  # NoSuchKey (a missing bucket stays a ConfigError)
             return None
         try:
             return json.loads(raw)
@@ -150,7 +148,8 @@ def _hash_missing(store: WeightStore, uri: str, listed: list[ListedObject],
 
 
 class _translated:
-    """Context manager: botocore/urllib3 exceptions -> pdlift errors, naming the resource."""
+    """Context manager: botocore/urllib3 exceptions -> pdlift errors naming the object
+    (``aws_client.translate``, shared with EC2/EKS)."""
 
     def __init__(self, what: str):
         self.what = what
@@ -159,33 +158,13 @@ class _translated:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is None or isinstance(exc, (StageFailed, ConfigError)) or not isinstance(exc, Exception):
+        if exc is None or isinstance(exc, PdliftError) or not isinstance(exc, Exception):
             return False
-        from botocore.exceptions import (ClientError, ConnectionError as BotoConnectionError,
-                                         HTTPClientError, NoCredentialsError)
+        from botocore.exceptions import BotoCoreError, ClientError
 
-        if isinstance(exc, ClientError):
-            raise _from_client_error(self.what, exc) from exc
-        if isinstance(exc, NoCredentialsError):
-            raise ConfigError(f"{self.what}: no AWS credentials (set a profile or the AWS_* "
-                              "environment)") from exc
-        if isinstance(exc, (BotoConnectionError, HTTPClientError, OSError)):
-            raise RemoteUnavailable(f"{self.what}: S3 did not answer ({type(exc).__name__})") from exc
+        if isinstance(exc, ClientError) and aws_client.error_code(exc) in ("PreconditionFailed", "412"):
+            # Reads here carry If-Match on the listed ETag: the object was replaced while being read.
+            raise WeightVerificationFailed(f"{self.what} changed while it was being read; run again") from exc
+        if isinstance(exc, (ClientError, BotoCoreError, OSError)):
+            raise aws_client.translate(exc, self.what) from exc
         return False
-
-
-def _from_client_error(what: str, exc) -> Exception:
-    err = exc.response.get("Error", {})
-    code = str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
-    message = f"{what}: {code}: {err.get('Message', '')}".rstrip(": ")
-    if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound"):
-        return ConfigError(f"{message} (check model.weights_uri)")
-    if code in ("PreconditionFailed", "412"):
-        return WeightVerificationFailed(f"{what} changed while it was being read; run again")
-    if code in THROTTLE_CODES:
-        return ApiThrottled(message)
-    if code in ACCESS_CODES:
-        return RequestRejected(f"{message} (check the credentials and the bucket policy)", code=code)
-    if code.startswith("5") or code in ("InternalError", "ServiceUnavailable"):
-        return RemoteUnavailable(message)
-    return RequestRejected(message, code=code)

@@ -12,7 +12,8 @@ Contracts:
 - On timeout the command's whole process group is killed and ``RemoteCommandTimeout`` says
   whether anything survived. A non-zero exit raises ``RemoteCommandFailed`` (unless check=False).
 - Refused, reset or silent connections are retried a bounded number of times, then raise
-  ``RemoteUnavailable``; a rejected key raises ``StageFailed``. Every error keeps its cause.
+  ``RemoteUnavailable``; a rejected key raises ``RequestRejected``. Every error keeps its cause;
+  ``ssh_errors`` is the one translation of paramiko's exceptions.
 """
 
 from __future__ import annotations
@@ -28,30 +29,13 @@ from dataclasses import dataclass
 
 import paramiko
 
-from tasks.adapters import ssh_exec
+from tasks.adapters import ssh_errors, ssh_exec
 from tasks.adapters.ssh_connect import Connector, SshNode, SshSettings
-from tasks.errors import RemoteUnavailable, StageFailed
+from tasks.errors import RemoteCommandFailed, RemoteCommandTimeout, RemoteUnavailable
 
-__all__ = ["CommandResult", "NodeShell", "Outcome", "RemoteCommandFailed", "RemoteCommandTimeout",
-           "SshNode", "SshSettings", "run_on_all"]
+__all__ = ["CommandResult", "NodeShell", "Outcome", "SshNode", "SshSettings", "run_on_all"]
 
 OnLine = Callable[[str, str], None]  # (stream: "stdout" | "stderr", line)
-
-
-class RemoteCommandFailed(StageFailed):
-    """A remote command exited non-zero."""
-
-    def __init__(self, message: str, *, node: str, exit_code: int):
-        super().__init__(message)
-        self.node, self.exit_code = node, exit_code
-
-
-class RemoteCommandTimeout(StageFailed):
-    """A remote command ran past its timeout and its process group was killed."""
-
-    def __init__(self, message: str, *, node: str, cleaned_up: bool):
-        super().__init__(message)
-        self.node, self.cleaned_up = node, cleaned_up
 
 
 @dataclass(frozen=True)
@@ -121,8 +105,7 @@ class NodeShell:
                     node=node.name, cleaned_up=cleaned)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._forget(node)
-            raise RemoteUnavailable(f"{node.label}: connection lost while running `{redact(shown)}` "
-                                    f"({type(e).__name__})") from e
+            raise ssh_errors.translate(e, f"{node.label}: connection lost while running `{redact(shown)}`") from e
         finally:
             chan.close()
         result = CommandResult(node.name, shown, code, reader.text("stdout"), reader.text("stderr"),
@@ -143,8 +126,9 @@ class NodeShell:
             except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
                 self._forget(node)
                 if attempt == 2:
-                    raise RemoteUnavailable(f"{node.label}: could not open an SSH session "
-                                            f"({type(e).__name__}: {e})") from e
+                    # AttributeError: the cached client had no transport left (closed under us)
+                    cause = e if not isinstance(e, AttributeError) else EOFError(str(e))
+                    raise ssh_errors.translate(cause, f"{node.label}: could not open an SSH session") from e
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -202,12 +186,12 @@ class NodeShell:
                 sftp.put(local_path, partial)
                 sftp.chmod(partial, mode)
                 sftp.posix_rename(partial, remote_path)
-        except OSError as e:  # IOError from the SFTP server: permission, no space
-            raise StageFailed(f"{node.label}: cannot upload {os.path.basename(local_path)} to "
-                              f"{remote_path}: {e}") from e
-        except (paramiko.SSHException, EOFError) as e:
-            self._forget(node)
-            raise RemoteUnavailable(f"{node.label}: SFTP failed ({type(e).__name__}: {e})") from e
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            error = ssh_errors.translate(e, f"{node.label}: cannot upload {os.path.basename(local_path)} to "
+                                            f"{remote_path}", sftp=True)
+            if isinstance(error, RemoteUnavailable):
+                self._forget(node)
+            raise error from e
 
     # --- connections ---------------------------------------------------------------------
 

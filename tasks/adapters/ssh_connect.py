@@ -4,7 +4,7 @@
 bastion (ProxyJump: a direct-tcpip channel over the bastion's own pinned connection). Refused,
 reset or silent attempts are retried ``connect_attempts`` times with backoff, then raise
 ``RemoteUnavailable``; an unknown or changed host key raises ``HostKeyMismatch`` at once; a
-rejected client key raises ``StageFailed``. Every error keeps its paramiko/socket cause.
+rejected client key raises ``RequestRejected`` (``ssh_errors``). Every error keeps its paramiko/socket cause.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import paramiko
 
-from tasks.adapters.ssh_hostkeys import PinnedKeyPolicy, host_id, mismatch, parse_key_line
-from tasks.errors import ConfigError, HostKeyMismatch, RemoteUnavailable, StageFailed
+from tasks.adapters import ssh_errors
+from tasks.adapters.ssh_hostkeys import PinnedKeyPolicy, host_id, parse_key_line
+from tasks.errors import ConfigError, HostKeyMismatch
 
 
 @dataclass(frozen=True)
@@ -109,18 +110,17 @@ class Connector:
                 raise
             except paramiko.BadHostKeyException as e:
                 client.close()
-                raise mismatch(f"{node.label} {host_id(address, port)}", e.key, e.expected_key) from e
+                raise ssh_errors.translate(e, f"{node.label} {host_id(address, port)}") from e
             except paramiko.AuthenticationException as e:
                 client.close()
-                raise StageFailed(f"{node.label}: SSH key {s.key_file} was rejected for user "
-                                  f"{user or s.user}; check aws.ssh.key_pair/key_file") from e
+                raise ssh_errors.translate(e, f"{node.label}: user {user or s.user} with key {s.key_file}") from e
             except (paramiko.SSHException, OSError, EOFError) as e:  # refused, reset, banner timeout
                 client.close()
                 last = e
                 if attempt + 1 < s.connect_attempts:
                     time.sleep(s.retry_delay_s * 2 ** attempt)
-        raise RemoteUnavailable(f"{node.label}: no SSH answer at {address}:{port} after "
-                                f"{s.connect_attempts} attempts ({type(last).__name__}: {last})") from last
+        raise ssh_errors.translate(last or EOFError("no attempt"), f"{node.label}: no SSH answer at {address}:{port} "
+                                                                  f"after {s.connect_attempts} attempts") from last
 
     def _jump(self, address: str, port: int) -> paramiko.Channel:
         """A direct-tcpip channel through the bastion; the bastion's key is pinned too (known_hosts)."""

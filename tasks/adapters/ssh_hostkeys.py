@@ -1,9 +1,8 @@
 """SSH host keys: pinned from the EC2 console output or an operator's known_hosts, never learned.
 
-cloud-init prints the instance's public host keys between ``-----BEGIN SSH HOST KEY KEYS-----``
-and ``-----END SSH HOST KEY KEYS-----`` on the serial console (EC2 GetConsoleOutput). Those lines
-are what a node is pinned to; a key that is missing or different is refused with
-``HostKeyMismatch`` naming the host and both fingerprints (OpenSSH's ``SHA256:...`` form).
+The console's key lines (``tasks.parsing.console_output``) are what a node is pinned to; a key
+that is missing or different is refused with ``HostKeyMismatch`` naming the host and both
+fingerprints (OpenSSH's ``SHA256:...`` form).
 """
 
 from __future__ import annotations
@@ -11,33 +10,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
 
 import paramiko
 
 from tasks.errors import ConfigError, HostKeyMismatch
-
-BEGIN, END = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
-_KEY_LINE = re.compile(r"(?:^|\s)((?:ssh|ecdsa|sk)-[a-z0-9@.\-]+)\s+([A-Za-z0-9+/=]{20,})(?:\s|$)")
-
-
-def parse_console_output(text: str) -> list[str]:
-    """The ``TYPE BASE64`` host key lines of the last key block in a console log.
-
-    Console logs carry prefixes (timestamps, ``ec2:``) and may repeat the block after a reboot;
-    the last complete block wins. Returns [] when there is none yet (cloud-init not done).
-    """
-    blocks, current = [], None
-    for raw in text.splitlines():
-        if BEGIN in raw:
-            current = []
-        elif END in raw and current is not None:
-            blocks.append(current)
-            current = None
-        elif current is not None and (m := _KEY_LINE.search(raw)):
-            current.append(f"{m.group(1)} {m.group(2)}")
-    return blocks[-1] if blocks else []
-
 
 def parse_key_line(line: str) -> paramiko.PKey:
     """``TYPE BASE64 [comment]`` -> a paramiko public key; ConfigError when it is not one."""

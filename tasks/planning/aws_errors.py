@@ -11,14 +11,23 @@ from enum import Enum
 
 class Action(Enum):
     RETRY = "retry"            # throttling / transient server error: same request, same token, back off
+    FIX_INPUT = "fix-input"    # the request names something that does not exist in the blueprint's account
     FAIL_OVER = "fail-over"    # no capacity here: block the AZ, try the next one
     WAIT_SLOT = "wait-slot"    # a reservation slot is still being cleaned up after a terminate
     FAIL = "fail"              # quota, permissions or parameters: retrying cannot help
     GONE = "gone"              # the resource does not exist (treat deletes as done)
 
 
-THROTTLING = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException"}
+THROTTLING = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
+              "SlowDown", "503 SlowDown"}  # S3 answers SlowDown (503) when asked to back off
 SERVER = {"InternalError", "ServerInternal", "ServiceUnavailable", "Unavailable", "InternalFailure"}
+# Codes that mean "no such thing": EC2's *.NotFound / *.Unknown, and S3's (a HEAD carries only the status).
+MISSING = {"NoSuchKey", "NoSuchVersion", "NoSuchUpload", "NotFound", "404"}
+# Credentials and permissions: the operator's to fix (EC2, S3 and STS spell them differently).
+ACCESS = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId",
+          "SignatureDoesNotMatch", "ExpiredToken", "InvalidClientTokenId", "403"}
+# What names a resource in the blueprint that does not exist: fix the input.
+WRONG_INPUT = {"NoSuchBucket"}
 CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientReservedInstanceCapacity",
             "InsufficientHostCapacity", "Unsupported", "InsufficientCapacityBlockCapacity"}
 RESERVATION_FULL = {"ReservationCapacityExceeded"}
@@ -33,6 +42,12 @@ FIXES = {
     "UnauthorizedOperation": "grant the IAM permissions printed by `pdlift iam-policy`",
     "AccessDenied": "grant the IAM permissions printed by `pdlift iam-policy`",
     "AccessDeniedException": "grant the IAM permissions printed by `pdlift iam-policy`",
+    "InvalidAccessKeyId": "check the AWS credentials (profile, role or AWS_* environment)",
+    "SignatureDoesNotMatch": "check the AWS credentials (profile, role or AWS_* environment)",
+    "ExpiredToken": "refresh the AWS credentials (the session token expired)",
+    "InvalidClientTokenId": "check the AWS credentials (profile, role or AWS_* environment)",
+    "403": "check the credentials and the bucket policy",
+    "NoSuchBucket": "check the bucket in model.weights_uri: it does not exist in this account and region",
     "IdempotentParameterMismatch": "a request with this client token but other parameters was made before; "
                                    "use a new run id (--run-id) or tear the old run down",
     "InvalidParameterCombination": "fix the blueprint or the request shape named in the message",
@@ -48,8 +63,12 @@ FIXES = {
 
 
 def classify(code: str) -> Action:
-    if code in THROTTLING or code in SERVER:
+    if code in THROTTLING or code in SERVER or (code.isdigit() and code.startswith("5")):
         return Action.RETRY
+    if code in WRONG_INPUT:
+        return Action.FIX_INPUT
+    if code in MISSING:
+        return Action.GONE
     if code in CAPACITY:
         return Action.FAIL_OVER
     if code in RESERVATION_FULL:

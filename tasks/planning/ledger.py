@@ -1,13 +1,33 @@
-"""The run ledger: every resource a run made, the moment it exists, and what it costs. Pure.
+"""The run ledger: every resource a run made, the moment it exists, what it costs, and each stage's record. Pure.
 
-A ledger is plain data (JSON-able), saved by the flows after each change, so a crashed run can
-be resumed or torn down, and each run can report its spend per stage.
+A ledger is plain data, saved after each change, so a crashed run can be resumed or torn down,
+and each run can report its spend per stage. Stage results are the typed records of
+``tasks.planning.records``; a stage is done when its record is in the ledger.
+
+Recording a pipeline stage again drops the records of the stages after it: they were done on
+what it just replaced (new nodes need their fabric proven and their weights staged again).
+
+Stored form (``to_dict``), schema 2::
+
+    {"schema": 2, "deployment", "run_id", "created_at", "entries": [...], "records": {stage: record}}
+
+Schema 1 (no "schema" key: "stages_done" and untyped "outputs") is what pdlift wrote before the
+records existed; it still loads (``from_dict``). A newer schema is refused with the reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
+
+from tasks.planning import records as rec
+from tasks.planning.records import Deployed, FabricVerdict, Fleet, GateResult, Reserved, StageRecord
+
+SCHEMA_VERSION = 2
+
+
+class LedgerFormatError(ValueError):
+    """A stored ledger this version of pdlift cannot read."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +57,7 @@ class Ledger:
     run_id: str
     created_at: str
     entries: tuple[LedgerEntry, ...] = ()
-    stages_done: tuple[str, ...] = ()
-    outputs: dict = field(default_factory=dict)
+    records: dict[str, StageRecord] = field(default_factory=dict)
 
     def with_entry(self, entry: LedgerEntry) -> "Ledger":
         kept = tuple(e for e in self.entries if (e.kind, e.resource_id) != (entry.kind, entry.resource_id))
@@ -49,22 +68,86 @@ class Ledger:
                         and not e.ended_at else e for e in self.entries)
         return replace(self, entries=entries)
 
-    def with_stage(self, stage: str, output: dict | None = None) -> "Ledger":
-        done = self.stages_done if stage in self.stages_done else self.stages_done + (stage,)
-        outputs = {**self.outputs, stage: output} if output is not None else self.outputs
-        return replace(self, stages_done=done, outputs=outputs)
+    def with_record(self, record: StageRecord) -> "Ledger":
+        """The stage of ``record`` is done; later pipeline stages are not any more."""
+        stage = rec.stage_of(record)
+        later = rec.PIPELINE[rec.PIPELINE.index(stage) + 1:] if stage in rec.PIPELINE else ()
+        kept = {s: r for s, r in self.records.items() if s != stage and s not in later}
+        return replace(self, records={**kept, stage: record})
+
+    @property
+    def stages_done(self) -> tuple[str, ...]:
+        return tuple(self.records)
+
+    def reserved(self) -> Reserved | None:
+        return self.records.get("reserve")  # type: ignore[return-value]
+
+    def fleet(self) -> Fleet | None:
+        """The run's current fleet: after the fabric stage's replacements, else as launched."""
+        fabric: FabricVerdict | None = self.records.get("fabric")  # type: ignore[assignment]
+        return fabric.fleet if fabric else self.records.get("launch")  # type: ignore[return-value]
+
+    def deployed(self) -> Deployed | None:
+        return self.records.get("deploy")  # type: ignore[return-value]
+
+    def gate(self) -> GateResult | None:
+        return self.records.get("benchmark")  # type: ignore[return-value]
 
     def live(self, kind: str | None = None) -> list[LedgerEntry]:
         return [e for e in self.entries if not e.ended_at and (kind is None or e.kind == kind)]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"schema": SCHEMA_VERSION, "deployment": self.deployment, "run_id": self.run_id,
+                "created_at": self.created_at, "entries": [asdict(e) for e in self.entries],
+                "records": {stage: rec.to_dict(r) for stage, r in self.records.items()}}
 
     @staticmethod
     def from_dict(data: dict) -> "Ledger":
-        entries = tuple(LedgerEntry(**e) for e in data.get("entries", ()))
-        return Ledger(data["deployment"], data["run_id"], data["created_at"], entries,
-                      tuple(data.get("stages_done", ())), dict(data.get("outputs", {})))
+        """A stored ledger of schema 1 or 2; LedgerFormatError says why one cannot be read."""
+        if not isinstance(data, dict):
+            raise LedgerFormatError("a ledger is a JSON object")
+        schema = data.get("schema", 1)
+        if schema not in (1, SCHEMA_VERSION):
+            raise LedgerFormatError(f"ledger schema {schema!r} is not one this pdlift reads (1 or "
+                                    f"{SCHEMA_VERSION}): it was written by another version of pdlift")
+        try:
+            entries = tuple(LedgerEntry(**e) for e in data.get("entries", ()))
+            records = (_v1_records(data) if schema == 1 else
+                       {stage: rec.record_for(stage, r) for stage, r in (data.get("records") or {}).items()})
+            return Ledger(data["deployment"], data["run_id"], data["created_at"], entries, records)
+        except (KeyError, TypeError, ValueError) as e:
+            raise LedgerFormatError(f"ledger of schema {schema} does not fit its format: {e}") from e
+
+
+def _v1_records(data: dict) -> dict[str, StageRecord]:
+    """Schema 1 stored each stage's output as the dict its task happened to build."""
+    outputs, deployment = data.get("outputs") or {}, data["deployment"]
+    out: dict[str, StageRecord] = {}
+    for stage in data.get("stages_done", ()):
+        old = outputs.get(stage)
+        if old is None:
+            continue  # done without an output: nothing to resume from, the stage runs again
+        if stage == "fabric":
+            fleet = out.get("launch")
+            if fleet is None:
+                raise ValueError("a fabric record without the launched fleet it validated")
+            replaced = tuple(rec.Replacement(r["old"], r["new"]) for r in old.get("replaced", ()))
+            out[stage] = FabricVerdict(bool(old["passed"]), old.get("failure"), float(old.get("seconds", 0.0)),
+                                       int(old.get("passes", 0)), str(old.get("results", "")), replaced,
+                                       fleet)  # type: ignore[arg-type]
+        elif stage == "weights":
+            out[stage] = rec.StagedWeights(tuple(
+                rec.NodeWeights(node, int(n["bytes_total"]), int(n["bytes_fetched"]), float(n["seconds"]))
+                for node, n in (old.get("nodes") or {}).items()))
+        elif stage == "deploy":
+            namespace, _, service = str(old.get("router_service", "")).rpartition("/")
+            out[stage] = Deployed(deployment, old["colour"], old.get("live_colour"), old.get("engines_namespace", ""),
+                                  namespace, service, dict(old.get("phases_s") or {}),
+                                  float(old.get("bring_up_s", 0.0)), str(old.get("canary", "")),
+                                  str(old.get("generation", "")))
+        else:
+            out[stage] = rec.record_for(stage, old)
+    return out
 
 
 def spend_by_stage(ledger: Ledger, now: dt.datetime) -> dict[str, float]:
@@ -101,3 +184,7 @@ def _parse(s: str) -> dt.datetime:
 
 def now_str(t: dt.datetime) -> str:
     return _fmt(t)
+
+
+def parse_time(s: str) -> dt.datetime:
+    return _parse(s)

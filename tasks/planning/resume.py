@@ -33,20 +33,23 @@ class Observed:
 
 
 def launched_ids(ledger: Ledger) -> list[str]:
-    return [n["instance_id"] for n in (ledger.outputs.get("launch") or {}).get("nodes", [])]
+    fleet = ledger.fleet()
+    return fleet.instance_ids() if fleet else []
 
 
 def reservation_id(ledger: Ledger) -> str | None:
-    return (ledger.outputs.get("reserve") or {}).get("reservation_id")
+    reserved = ledger.reserved()
+    return reserved.reservation_id if reserved else None
 
 
 def deployed_colour(ledger: Ledger) -> str | None:
-    return (ledger.outputs.get("deploy") or {}).get("colour")
+    deployed = ledger.deployed()
+    return deployed.colour if deployed else None
 
 
 def promoted_colour(ledger: Ledger) -> str | None:
-    bench = ledger.outputs.get("benchmark") or {}
-    return (bench.get("promotion") or {}).get("colour") if bench.get("outcome") == "promoted" else None
+    gate = ledger.gate()
+    return gate.promotion.colour if gate and gate.outcome == "promoted" and gate.promotion else None
 
 
 def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:

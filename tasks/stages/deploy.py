@@ -15,25 +15,21 @@ the Prefect worker runs); nothing here depends on a Service proxy or a port-forw
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from blueprints.schema import Blueprint
-from tasks.adapters.engine_http import EngineHttp
-from tasks.adapters.kube_apply import Applied, KubeApply, PodInfo
-from tasks.errors import ConfigError, RemoteUnavailable, StackNotReady, StageFailed
-from tasks.planning.manifests import colour_namespace, render_checked, stable_namespace, to_yaml
-from tasks.planning.manifests import common as c
+from tasks.adapters.kube_apply import Applied, PodInfo
+from tasks.errors import ConfigError, NotReadyYet, RemoteUnavailable, StackFailure, StackNotReady, StageFailed
+from tasks.planning import canary, room
+from tasks.planning.manifests import colour_namespace, common, render_checked, stable_namespace, to_yaml
 from tasks.planning.manifests.common import KEPT_ANNOTATION
 from tasks.planning.manifests.router import router_name, selector as router_selector
 from tasks.planning.manifests.views import routers
-from tasks.planning import room
-from tasks.stages import deploy_canary as canary
-from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
-from tasks.stages.reserve import Clock
-
-Progress = Callable[[str], None]
+from tasks.planning.records import Deployed, RolledBack
+from tasks.stages.clock import Clock, poll_until
+from tasks.stages.deploy_wait import PodGroup, WaitLimits, wait_for_stack
+from tasks.stages.ports import Engines, KubeObjects, Progress
 
 
 @dataclass(frozen=True)
@@ -45,36 +41,22 @@ class DeployOptions:
     canary_timeout_s: float = 600.0
 
 
-@dataclass(frozen=True)
-class Deployed:
-    deployment: str
-    colour: str
-    live_colour: str | None
-    engines_namespace: str
-    router_namespace: str
-    router_service: str
-    applied: tuple[Applied, ...]
-    phases_s: dict[str, float]
-    bring_up_s: float  # first apply -> canary passed
-    canary: str
-
-
 def weights_host_path(bp: Blueprint) -> str:
     """Where stage 4 put the model on every node's NVMe: the blueprint's staging.local_path."""
     return posixpath.normpath(bp.staging.local_path)
 
 
-def live_colour(bp: Blueprint, kube: KubeApply) -> str | None:
+def live_colour(bp: Blueprint, kube: KubeObjects) -> str | None:
     svc = kube.get("v1", "Service", bp.name, stable_namespace(bp))
-    colour = (((svc or {}).get("spec") or {}).get("selector") or {}).get(c.COLOUR_LABEL)
-    return colour if colour in c.COLOURS else None
+    colour = (((svc or {}).get("spec") or {}).get("selector") or {}).get(common.COLOUR_LABEL)
+    return colour if colour in common.COLOURS else None
 
 
-def candidate_colour(bp: Blueprint, kube: KubeApply, requested: str | None = None) -> tuple[str, str | None]:
+def candidate_colour(bp: Blueprint, kube: KubeObjects, requested: str | None = None) -> tuple[str, str | None]:
     """(candidate, live). The candidate is never the live colour."""
     live = live_colour(bp, kube)
     if requested is not None:
-        c.check_colour(requested)
+        common.check_colour(requested)
         if requested == live:
             raise ConfigError(f"{requested} is the live colour of {bp.name} (its production Service selects it); "
                               f"deploy the other colour and promote it instead")
@@ -98,7 +80,7 @@ def render_to_dir(bp: Blueprint, colour: str, directory: str | Path) -> Path:
     return path
 
 
-def apply_objects(kube: KubeApply, objects: list[dict], progress: Progress = lambda _: None) -> list[Applied]:
+def apply_objects(kube: KubeObjects, objects: list[dict], progress: Progress = lambda _: None) -> list[Applied]:
     """Apply in the rendered order (dependencies first, router last); idempotent."""
     out = []
     for obj in objects:
@@ -108,7 +90,7 @@ def apply_objects(kube: KubeApply, objects: list[dict], progress: Progress = lam
     return out
 
 
-def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None = None,
+def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None = None,
            options: DeployOptions = DeployOptions(), clock: Clock = Clock(),
            progress: Progress = lambda _: None) -> Deployed:
     """Bring up the candidate and pass the canary, or raise StackFailure (with diagnostics).
@@ -123,7 +105,7 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
     wait_namespace_gone(kube, colour_namespace(bp, candidate), options.limits.scheduled_s, clock, terminating_only=True)
     progress(f"deploying {bp.name} colour {candidate} (live: {live or 'none'})")
     started = clock.monotonic()
-    applied = apply_objects(kube, objects, progress)
+    apply_objects(kube, objects, progress)
     groups = pod_groups(bp, candidate, objects)
     phases = wait_for_stack(kube, groups, lambda pods: _router_gaps(http, bp, objects, pods), options.limits,
                             clock, progress)
@@ -133,11 +115,10 @@ def deploy(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str | None 
         raise StackFailure(f"{bp.name} {candidate}: the canary failed: " + "; ".join(report.problems), "Canary",
                            report.summary())
     return Deployed(bp.name, candidate, live, colour_namespace(bp, candidate), stable_namespace(bp),
-                    router_name(candidate), tuple(applied), phases, round(clock.monotonic() - started, 3),
-                    report.summary())
+                    router_name(candidate), phases, round(clock.monotonic() - started, 3), report.summary())
 
 
-def check_not_kept(bp: Blueprint, kube: KubeApply, candidate: str) -> None:
+def check_not_kept(bp: Blueprint, kube: KubeObjects, candidate: str) -> None:
     """Refuse to deploy into the colour a promotion replaced while it is kept for a switch-back."""
     ns = kube.get("v1", "Namespace", colour_namespace(bp, candidate)) or {}
     until = ((ns.get("metadata") or {}).get("annotations") or {}).get(KEPT_ANNOTATION)
@@ -149,21 +130,23 @@ def check_not_kept(bp: Blueprint, kube: KubeApply, candidate: str) -> None:
             applied_nothing=True)
 
 
-def wait_namespace_gone(kube: KubeApply, ns: str, wait_s: float, clock: Clock, terminating_only: bool = False) -> None:
+def wait_namespace_gone(kube: KubeObjects, ns: str, wait_s: float, clock: Clock, terminating_only: bool = False) -> None:
     """Bounded wait until ``ns`` no longer exists (with ``terminating_only``: only if it is being deleted)."""
-    deadline = clock.monotonic() + wait_s
-    while (obj := kube.get("v1", "Namespace", ns)) is not None:
-        if terminating_only and not (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return
-        if clock.monotonic() >= deadline:
-            raise StageFailed(f"namespace {ns} is still terminating after {wait_s:.0f}s; check its finalizers "
-                              f"(kubectl get namespace {ns} -o yaml)")
-        clock.sleep(2.0)
+
+    def gone() -> bool:
+        obj = kube.get("v1", "Namespace", ns)
+        return obj is None or (terminating_only and not (obj.get("metadata") or {}).get("deletionTimestamp"))
+
+    try:
+        poll_until(gone, bound_s=wait_s, clock=clock)
+    except NotReadyYet:
+        raise StageFailed(f"namespace {ns} is still terminating after {wait_s:.0f}s; check its finalizers "
+                          f"(kubectl get namespace {ns} -o yaml)") from None
 
 
-def check_room(bp: Blueprint, kube: KubeApply, candidate: str, live: str, objects: list[dict]) -> None:
+def check_room(bp: Blueprint, kube: KubeObjects, candidate: str, live: str, objects: list[dict]) -> None:
     """Refuse, before applying anything, a candidate the fleet cannot hold beside the live colour."""
-    nodes, pods = kube.fleet_gpus({c.DEPLOYMENT_LABEL: bp.name})
+    nodes, pods = kube.fleet_gpus({common.DEPLOYMENT_LABEL: bp.name})
     short = room.shortfalls(room.needs(objects), nodes, pods, colour_namespace(bp, candidate))
     if short:
         raise StackFailure(
@@ -180,13 +163,13 @@ def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup
         if obj["kind"] == "LeaderWorkerSet":
             count = spec.get("replicas", 1) * spec["leaderWorkerTemplate"].get("size", 1)
             out.append(PodGroup(meta["name"], meta["namespace"],
-                                {c.COLOUR_LABEL: colour, c.LWS_NAME_LABEL: meta["name"]}, count))
+                                {common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: meta["name"]}, count))
         elif obj["kind"] == "Deployment":
-            out.append(PodGroup(c.ROUTER, meta["namespace"], router_selector(bp, colour), spec.get("replicas", 1)))
+            out.append(PodGroup(common.ROUTER, meta["namespace"], router_selector(bp, colour), spec.get("replicas", 1)))
     return out
 
 
-def _router_gaps(http: EngineHttp, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
+def _router_gaps(http: Engines, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
     """The workers each router pod does not list as healthy (reference §6: the router's own view)."""
     view = routers(objects)[0]
     wanted = [u for flag in ("--prefill", "--decode") for u in _urls(view.argv, flag)]
@@ -208,16 +191,16 @@ def _urls(argv: list[str], flag: str) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
 
 
-def run_canary(bp: Blueprint, kube: KubeApply, http: EngineHttp, colour: str,
+def run_canary(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str,
                options: DeployOptions) -> canary.CanaryReport:
     engines_ns = colour_namespace(bp, colour)
-    leaders = {role: kube.pods(engines_ns, {c.COLOUR_LABEL: colour, c.LWS_NAME_LABEL: role,
-                                            c.LWS_WORKER_INDEX_LABEL: "0"}) for role in (c.PREFILL, c.DECODE)}
+    leaders = {role: kube.pods(engines_ns, {common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: role,
+                                            common.LWS_WORKER_INDEX_LABEL: "0"}) for role in (common.PREFILL, common.DECODE)}
     router = next((p for p in kube.pods(stable_namespace(bp), router_selector(bp, colour)) if p.ready), None)
     if router is None or not all(leaders.values()):
         raise StackFailure(f"{bp.name} {colour}: no ready router or engine leader left for the canary", "Canary")
 
-    ports = {c.PREFILL: bp.engine.prefill_port, c.DECODE: bp.engine.decode_port}
+    ports = {common.PREFILL: bp.engine.prefill_port, common.DECODE: bp.engine.decode_port}
 
     def scrape() -> dict[str, list]:
         return {role: [s for p in pods for s in http.metrics(f"http://{p.pod_ip}:{p.ports.get('http', ports[role])}"
@@ -243,18 +226,12 @@ def _engine_container(pod: PodInfo) -> str | None:
     return "engine" if "engine" in names else (names[0] if names else None)
 
 
-@dataclass(frozen=True)
-class RolledBack:
-    colour: str
-    deleted: tuple[str, ...]
-
-
-def rollback(bp: Blueprint, kube: KubeApply, colour: str, wait_s: float = 300.0, clock: Clock = Clock()) -> RolledBack:
+def rollback(bp: Blueprint, kube: KubeObjects, colour: str, wait_s: float = 300.0, clock: Clock = Clock()) -> RolledBack:
     """Delete ``colour``'s router (Deployment, Service) and its engines' namespace: a candidate
     after a failure or a FAIL, or a replaced colour being retired. Deleting what is already gone,
     or still going, is a no-op. Refuses the live colour. With ``wait_s``, waits (bounded) until
     the namespace is gone, so its GPUs are free for the next candidate."""
-    c.check_colour(colour)
+    common.check_colour(colour)
     ns, stable = colour_namespace(bp, colour), stable_namespace(bp)
     if live_colour(bp, kube) == colour:
         raise StageFailed(f"refusing to roll back {colour} of {bp.name}: it is the live colour (the production "

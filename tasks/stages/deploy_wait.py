@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tasks.adapters.kube_apply import KubeApply, PodInfo
-from tasks.errors import StackNotReady
-from tasks.stages.reserve import Clock
+from tasks.adapters.kube_apply import PodInfo
+from tasks.stages.ports import KubeObjects
+from tasks.errors import StackFailure
+from tasks.stages.clock import Clock
 
 PHASES = ("scheduled", "started", "ready", "router")
 # Waiting reasons that no amount of waiting fixes; ErrImagePull is left out on purpose: a
@@ -53,22 +54,10 @@ class WaitLimits:
     poll_s: float = 5.0  # the longest gap between polls; they start at 0.5 s and back off to it
 
 
-class StackFailure(StackNotReady):
-    """The candidate failed to come up or its data path is wrong. ``reason`` is a short class
-    (CrashLoopBackOff, ImagePullBackOff, FailedScheduling, Timeout:<phase>, Canary);
-    ``diagnostics`` is the full text (events, log tails) for the run's artifact."""
-
-    def __init__(self, message: str, reason: str, diagnostics: str = "", applied_nothing: bool = False):
-        super().__init__(message)
-        self.reason, self.diagnostics = reason, diagnostics or message
-        # refused before any apply: the colour it names may be someone else's, never roll it back
-        self.applied_nothing = applied_nothing
-
-
 RouterCheck = Callable[[list[PodInfo]], list[str]]  # router pods -> workers not listed healthy
 
 
-def wait_for_stack(kube: KubeApply, groups: list[PodGroup], router_check: RouterCheck, limits: WaitLimits,
+def wait_for_stack(kube: KubeObjects, groups: list[PodGroup], router_check: RouterCheck, limits: WaitLimits,
                    clock: Clock = Clock(), progress: Callable[[str], None] = lambda _: None) -> dict[str, float]:
     """Seconds each phase took. Raises StackFailure."""
     took: dict[str, float] = {}
@@ -123,7 +112,7 @@ def _missing(phase: str, groups: list[PodGroup], pods: dict[str, list[PodInfo]],
     return out
 
 
-def _fail_fast(kube: KubeApply, pods: dict[str, list[PodInfo]], since: dict[str, float], now: float,
+def _fail_fast(kube: KubeObjects, pods: dict[str, list[PodInfo]], since: dict[str, float], now: float,
                limits: WaitLimits) -> None:
     for group in pods.values():
         for p in group:
@@ -146,7 +135,7 @@ def _fail_fast(kube: KubeApply, pods: dict[str, list[PodInfo]], since: dict[str,
                 since.pop(key, None)
 
 
-def _count_crashes(kube: KubeApply, pods: dict[str, list[PodInfo]], crashes: dict[str, set], limit: int) -> None:
+def _count_crashes(kube: KubeObjects, pods: dict[str, list[PodInfo]], crashes: dict[str, set], limit: int) -> None:
     for what, group in pods.items():
         for p in group:
             for c in p.containers:
@@ -159,7 +148,7 @@ def _count_crashes(kube: KubeApply, pods: dict[str, list[PodInfo]], crashes: dic
                                        f"{c.exit_code} ({c.terminated_reason or 'Error'})")
 
 
-def _timeout(kube: KubeApply, phase: str, missing: list[str], pods: dict[str, list[PodInfo]],
+def _timeout(kube: KubeObjects, phase: str, missing: list[str], pods: dict[str, list[PodInfo]],
              limit: float, namespaces: list[str]) -> None:
     names = {m.split(" ", 1)[0] for m in missing}
     stuck = [p for group in pods.values() for p in group if f"{p.namespace}/{p.name}" in names]
@@ -168,7 +157,7 @@ def _timeout(kube: KubeApply, phase: str, missing: list[str], pods: dict[str, li
                    f"phase '{phase}' did not finish within {limit:.0f}s: {summary}", namespaces)
 
 
-def _failure(kube: KubeApply, pods: list[PodInfo], reason: str, headline: str,
+def _failure(kube: KubeObjects, pods: list[PodInfo], reason: str, headline: str,
              namespaces: list[str] | None = None) -> StackFailure:
     """The message carries the headline, the events and the log tail of the first pod; the
     diagnostics carry them for every pod named (or, with no pod to name, the namespaces' events:
@@ -183,7 +172,7 @@ def _failure(kube: KubeApply, pods: list[PodInfo], reason: str, headline: str,
     return StackFailure(message, reason, "\n\n".join([headline] + sections))
 
 
-def _diagnose(kube: KubeApply, p: PodInfo) -> str:
+def _diagnose(kube: KubeObjects, p: PodInfo) -> str:
     events = kube.events(p.namespace, p.name)[-12:]
     lines = [f"pod {p.namespace}/{p.name} on {p.node or '(no node)'}: phase {p.phase}"]
     lines += ["events:"] + [f"  {e.line()}" for e in events] if events else ["events: none"]

@@ -15,62 +15,30 @@ runs unchanged against real p5en nodes and the sandbox's.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
-from blueprints.schema import FabricSpec
-from tasks.errors import FabricCheckFailed, PdliftError
-from tasks.planning import fabric_commands as fc
-from tasks.planning.fabric import VerdictRecord, node_verdicts
+from blueprints.schema import Blueprint, FabricSpec
+from tasks.errors import PdliftError
+from tasks.planning.fabric import commands, node_verdicts, report
+from tasks.planning.fabric.outcome import Cache, Layer, Outcome, PassResult
+from tasks.planning.records import FabricVerdict, Fleet, Node, Replacement
 from tasks.stages import fabric_layers as layers
 from tasks.stages.fabric_exec import Runner
-from tasks.stages.fabric_layers import Cache, Ctx, FabricNode, Layer
+from tasks.stages.fabric_layers import Ctx
 from tasks.stages.fabric_pairs import pairwise
+from tasks.stages.fabric_results import ResultsDir, results_dir
+from tasks.stages.nodes import NodeLifecycle, ssh_target
+from tasks.stages.ports import Progress, Shell
 
-Replace = Callable[[FabricNode, str], FabricNode]  # (node to replace, evidence) -> its pinned successor
-
-
-@dataclass
-class PassResult:
-    number: int
-    nodes: tuple[FabricNode, ...]
-    layers: list[Layer] = field(default_factory=list)
-    node_records: tuple[VerdictRecord, ...] = ()
-    seconds: float = 0.0
-
-    @property
-    def isolate(self) -> dict[str, str]:
-        return self.layers[-1].isolate if self.layers else {}
-
-    @property
-    def stop(self) -> str | None:
-        return self.layers[-1].stop if self.layers else None
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.layers) and not self.isolate and not self.stop and len(self.layers) == len(
-            _layers_for(len(self.nodes)))
+Replace = Callable[[Node, str], Node]  # (node to replace, evidence) -> its pinned successor
 
 
-@dataclass
-class Outcome:
-    passed: bool
-    nodes: tuple[FabricNode, ...]  # the fleet after any replacement
-    passes: list[PassResult]
-    replaced: list[tuple[str, str, str]]  # (old node, new node, evidence)
-    failure: str | None
-    seconds: float
-    versions: dict[str, dict[str, str]]
-    cache: Cache
-
-    def raise_for_failure(self) -> None:
-        if not self.passed:
-            raise FabricCheckFailed(self.failure or "fabric validation failed")
-
-
-def _layers_for(n: int) -> list[Callable[[Ctx, list[FabricNode]], Layer]]:
+def _layers_for(n: int) -> list[Callable[[Ctx, list[Node]], Layer]]:
     steps = [layers.inventory, layers.loopback, layers.single_node]
     if n >= 2:
         steps.append(pairwise)
@@ -79,9 +47,9 @@ def _layers_for(n: int) -> list[Callable[[Ctx, list[FabricNode]], Layer]]:
     return steps
 
 
-def _run_pass(ctx: Ctx, number: int, nodes: list[FabricNode]) -> PassResult:
+def _run_pass(ctx: Ctx, number: int, nodes: list[Node]) -> PassResult:
     start = time.monotonic()
-    result = PassResult(number, tuple(nodes))
+    result = PassResult(number, tuple(nodes), layers_expected=len(_layers_for(len(nodes))))
     for step in _layers_for(len(nodes)):
         layer = step(ctx, nodes)
         result.layers.append(layer)
@@ -99,7 +67,7 @@ def _failure(names: Sequence[str], isolate: dict[str, str], why: str) -> str:
     return "; ".join(f"node {n} is ISOLATE ({why}): {isolate[n]}" for n in names)
 
 
-def validate(spec: FabricSpec, nodes: Sequence[FabricNode], runner: Runner, *, replace: Replace | None = None,
+def validate(spec: FabricSpec, nodes: Sequence[Node], runner: Runner, *, replace: Replace | None = None,
              log: Callable[[str], None] = lambda msg: None, port_base: int | None = None) -> Outcome:
     """Validate ``nodes`` layer by layer, replacing ISOLATE nodes within the blueprint's bounds.
 
@@ -109,14 +77,14 @@ def validate(spec: FabricSpec, nodes: Sequence[FabricNode], runner: Runner, *, r
     start = time.monotonic()
     fleet = list(nodes)
     if port_base is None:
-        port_base = random.SystemRandom().randrange(fc.PORT_LOW, fc.PORT_LOW + fc.PORT_SPAN)
+        port_base = random.SystemRandom().randrange(commands.PORT_LOW, commands.PORT_LOW + commands.PORT_SPAN)
     ctx = Ctx(spec, runner, log, port_base)
     slot_of = {n.name: n.name for n in fleet}  # a replacement inherits its predecessor's slot
     used: dict[str, int] = {}
     passes: list[PassResult] = []
     replaced: list[tuple[str, str, str]] = []
     failure = None
-    runner.prepare([n.ssh() for n in fleet])
+    runner.prepare([ssh_target(n) for n in fleet])
     for number in range(1, 2 + len(fleet) * spec.replace_attempts):
         log(f"fabric validation pass {number} over {len(fleet)} node(s)")
         result = _run_pass(ctx, number, fleet)
@@ -149,7 +117,7 @@ def validate(spec: FabricSpec, nodes: Sequence[FabricNode], runner: Runner, *, r
     return Outcome(passed, tuple(fleet), passes, replaced, failure, time.monotonic() - start, versions, ctx.cache)
 
 
-def _replace_all(bad: list[str], fleet: list[FabricNode], result: PassResult, replace: Replace,
+def _replace_all(bad: list[str], fleet: list[Node], result: PassResult, replace: Replace,
                  slot_of: dict[str, str], used: dict[str, int], replaced: list, ctx: Ctx,
                  log: Callable[[str], None]) -> str | None:
     """Replace each ISOLATE node in place; the failure in words when a replacement fails."""
@@ -166,7 +134,7 @@ def _replace_all(bad: list[str], fleet: list[FabricNode], result: PassResult, re
         replaced.append((name, new.name, result.isolate[name]))
         ctx.cache.forget(name)
         fleet[fleet.index(old)] = new
-        ctx.runner.prepare([new.ssh()])
+        ctx.runner.prepare([ssh_target(new)])
     return None
 
 
@@ -178,3 +146,27 @@ def _nccl_versions(cache: Cache, versions: dict[str, dict[str, str]]) -> None:
             if run.result.nccl_tests_version:
                 versions[node]["nccl-tests"] = run.result.nccl_tests_version
 
+
+@dataclass(frozen=True)
+class Validation:
+    outcome: Outcome
+    markdown: str
+    verdict: FabricVerdict
+
+
+def validate_fleet(bp: Blueprint, run_id: str, fleet: Fleet, nodes: NodeLifecycle, shell: Shell,
+                   state_root: Path, log: Progress = lambda msg: None) -> Validation:
+    """Stage 3 for a run's fleet: pin its host keys, validate, replace ISOLATE nodes through the
+    node lifecycle, write the report and the raw results under the run's state folder."""
+    pinned = nodes.pin(fleet.nodes)
+    results = ResultsDir(results_dir(state_root, bp.name, run_id))
+    outcome = validate(bp.fabric, pinned, Runner(shell, run_id, results.keep),
+                       replace=lambda node, evidence: nodes.replace(node, fleet.launch_template_id), log=log)
+    markdown = report.render(outcome, bp.fabric, bp.name, run_id)
+    results.write(report.results_json(outcome, bp.fabric, bp.name, run_id, results.tests), markdown)
+    # Host keys are pinned again from the console by whoever connects next: the fleet keeps none.
+    after = dataclasses.replace(fleet, nodes=tuple(dataclasses.replace(n, host_keys=()) for n in outcome.nodes),
+                                replaced=fleet.replaced + tuple(old for old, _, _ in outcome.replaced))
+    verdict = FabricVerdict(outcome.passed, outcome.failure, round(outcome.seconds, 1), len(outcome.passes),
+                            str(results.root), tuple(Replacement(o, n, e) for o, n, e in outcome.replaced), after)
+    return Validation(outcome, markdown, verdict)

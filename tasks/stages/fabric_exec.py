@@ -12,40 +12,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from tasks.adapters.ssh import NodeShell, RemoteCommandTimeout, SshNode, run_on_all
-from tasks.errors import ParseError, RemoteUnavailable, StageFailed
+from tasks.adapters.ssh import NodeShell, SshNode, run_on_all
+from tasks.errors import ParseError, RemoteCommandTimeout, RemoteUnavailable, StageFailed
 from tasks.parsing.nccl_json import with_log
 from tasks.parsing.nccl_tests import parse_nccl_tests
 from tasks.parsing.pingpong import parse_pingpong
-from tasks.planning import fabric_commands as fc
-from tasks.planning.fabric import NcclRun, PingpongRun
+from tasks.planning.fabric import NcclRun, PingpongRun, commands
+from tasks.planning.fabric.outcome import Ran
 
 OnLine = Callable[[str, str], None]
 _MAX_KEPT_LINES = 20000
-
-
-@dataclass(frozen=True)
-class Ran:
-    """How one remote command ended."""
-
-    node: str
-    command: str
-    exit_code: int | None  # None: it never finished (timeout) or never started (unreachable)
-    stdout: str
-    stderr: str
-    seconds: float
-    timed_out: bool = False
-    error: str | None = None  # transport problem or timeout, in words
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def tail(self, n: int = 6) -> str:
-        lines = (self.stderr or self.stdout).strip().splitlines()
-        return " | ".join(lines[-n:])[-600:]
 
 
 class Runner:
@@ -58,7 +35,7 @@ class Runner:
     def max_parallel(self) -> int:
         return self.shell.settings.max_parallel
 
-    def run(self, node: SshNode, cmd: fc.Command, test_id: str, on_line: OnLine | None = None) -> Ran:
+    def run(self, node: SshNode, cmd: commands.Command, test_id: str, on_line: OnLine | None = None) -> Ran:
         lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
 
         def collect(stream: str, line: str) -> None:
@@ -85,13 +62,13 @@ class Runner:
     # --- nccl-tests -------------------------------------------------------------------------------
 
     def nccl(self, node: SshNode, collective: str, test_id: str,
-             build: Callable[[str], fc.Command]) -> NcclRun:
+             build: Callable[[str], commands.Command]) -> NcclRun:
         """Run an nccl-test with ``-J`` into the run's scratch dir, fetch the JSON, judge-ready."""
-        path = fc.json_path(self.run_id, test_id)
+        path = commands.json_path(self.run_id, test_id)
         ran = self.run(node, build(path), test_id)
         doc = ""
         if ran.error is None or ran.timed_out:
-            fetched = self.run(node, fc.fetch_and_remove(path), f"{test_id}.json")
+            fetched = self.run(node, commands.fetch_and_remove(path), f"{test_id}.json")
             doc = fetched.stdout if fetched.ok else ""
         log = f"{ran.stdout}\n{ran.stderr}"
         result, problem = None, None
@@ -110,7 +87,7 @@ class Runner:
 
     # --- fi_pingpong ------------------------------------------------------------------------------
 
-    def pingpong(self, server: SshNode, client: SshNode, cmds: tuple[fc.Command, fc.Command],
+    def pingpong(self, server: SshNode, client: SshNode, cmds: tuple[commands.Command, commands.Command],
                  test_id: str, listen_wait_s: float, port: int) -> PingpongRun:
         """Start the server, start the client once the server listens, judge both logs together."""
         listening = threading.Event()
@@ -118,7 +95,7 @@ class Runner:
         failed: list[BaseException] = []
 
         def on_server_line(stream: str, line: str) -> None:
-            if stream == "stderr" and line.startswith(fc.LISTENING_MARKER):
+            if stream == "stderr" and line.startswith(commands.LISTENING_MARKER):
                 listening.set()
 
         def serve() -> None:
@@ -141,16 +118,16 @@ class Runner:
             raise failed[0]  # a host key refused on the server's node stops the stage
         return _pingpong_run(client_ran, done.get("server"))
 
-    def loopback(self, node: SshNode, cmd: fc.Command, test_id: str) -> PingpongRun:
-        """One NIC's server and client in one session (``fc.LOOPBACK_SCRIPT``)."""
+    def loopback(self, node: SshNode, cmd: commands.Command, test_id: str) -> PingpongRun:
+        """One NIC's server and client in one session (``commands.LOOPBACK_SCRIPT``)."""
         ran = self.run(node, cmd, test_id)
-        gave_up = fc.NEVER_LISTENED in ran.stdout  # the script killed a server that never listened
+        gave_up = commands.NEVER_LISTENED in ran.stdout  # the script killed a server that never listened
         return _parsed(ran.stdout, ran.exit_code, ran.timed_out or gave_up, [ran.error] if ran.error else [])
 
     def _stop_server(self, node: SshNode, port: int, test_id: str) -> None:
-        pids = fc.serving_on(self.run(node, fc.list_processes(), f"{test_id}.ps").stdout, port)
+        pids = commands.serving_on(self.run(node, commands.list_processes(), f"{test_id}.ps").stdout, port)
         if pids:
-            self.run(node, fc.kill_processes(pids), f"{test_id}.stop-server")
+            self.run(node, commands.kill_processes(pids), f"{test_id}.stop-server")
 
     # --- leftovers --------------------------------------------------------------------------------
 
@@ -158,11 +135,11 @@ class Runner:
         """Kill any process of ours still running on the nodes (by PID); what was found, per node."""
 
         def one(node: SshNode) -> list[str]:
-            found = fc.leftover_processes(self.run(node, fc.list_processes(), f"{test_id}.ps").stdout)
+            found = commands.leftover_processes(self.run(node, commands.list_processes(), f"{test_id}.ps").stdout)
             if not found:
                 return []
-            self.run(node, fc.kill_processes([pid for pid, _ in found]), f"{test_id}.kill")
-            still = fc.leftover_processes(self.run(node, fc.list_processes(), f"{test_id}.ps-after").stdout)
+            self.run(node, commands.kill_processes([pid for pid, _ in found]), f"{test_id}.kill")
+            still = commands.leftover_processes(self.run(node, commands.list_processes(), f"{test_id}.ps-after").stdout)
             return [f"{pid} {args}" + (" (still running)" if pid in {p for p, _ in still} else " (killed)")
                     for pid, args in found]
 
@@ -172,7 +149,7 @@ class Runner:
 
     def prepare(self, nodes: list[SshNode]) -> None:
         """The scratch directory for -J files on every node (failures surface in the tests)."""
-        raise_fatal(run_on_all(nodes, lambda n: self.run(n, fc.make_scratch(self.run_id), "scratch"),
+        raise_fatal(run_on_all(nodes, lambda n: self.run(n, commands.make_scratch(self.run_id), "scratch"),
                                max_parallel=self.max_parallel))
 
 

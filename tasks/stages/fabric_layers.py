@@ -18,79 +18,20 @@ from dataclasses import dataclass, field
 from blueprints.schema import FabricSpec
 from tasks.adapters.ssh import SshNode, run_on_all
 from tasks.errors import ParseError
-from tasks.parsing.fi_info import FiInfoResult, parse_fi_info
-from tasks.parsing.nvidia_smi import GpuInventory, parse_nvidia_smi
-from tasks.planning import fabric_commands as fc
+from tasks.parsing.fi_info import parse_fi_info
+from tasks.parsing.nvidia_smi import parse_nvidia_smi
 from tasks.planning.fabric import (
-    NcclRun, PairRuns, PingpongRun, Verdict, VerdictRecord, judge_full_set, judge_inventory, judge_nics,
-    judge_single_nodes, negative_control,
+    PingpongRun, Verdict, judge_full_set, judge_inventory, judge_nics, judge_single_nodes, negative_control,
 )
-from tasks.planning.fabric.pairing import Pair
+from tasks.planning.fabric import commands
+from tasks.planning.fabric.outcome import Cache, Inventory, Layer
+from tasks.planning.records import Node
 from tasks.stages.fabric_exec import Runner, raise_fatal
+from tasks.stages.nodes import ssh_target
 
 NIC_PARALLEL = 8  # loopbacks at once on one node: one SSH session each, under sshd's MaxSessions 10
 UNREACHABLE_ATTEMPTS = 2  # each is the SSH adapter's own bounded connection retries
 UNREACHABLE_PAUSE_S = 2.0
-
-
-@dataclass(frozen=True)
-class FabricNode:
-    """A node under validation: ``name`` is its instance id; host keys pinned from its console."""
-
-    name: str
-    address: str
-    role: str
-    host_keys: tuple[str, ...]
-    node_name: str = ""
-    zone: str = ""
-    network_nodes: tuple[str, ...] = ()
-
-    def ssh(self) -> SshNode:
-        return SshNode(self.name, self.address, self.host_keys)
-
-
-@dataclass(frozen=True)
-class Inventory:
-    gpus: GpuInventory | None
-    fi_info: FiInfoResult | None
-    error: str | None
-    versions: dict[str, str]
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        return self.fi_info.devices("efa") if self.fi_info is not None else ()
-
-
-@dataclass
-class Cache:
-    """What each node and pair measured, kept across passes until the node is replaced."""
-
-    inventory: dict[str, Inventory] = field(default_factory=dict)
-    loopback: dict[tuple[str, str], PingpongRun] = field(default_factory=dict)
-    control: dict[str, PingpongRun] = field(default_factory=dict)
-    single: dict[str, NcclRun] = field(default_factory=dict)
-    pairs: dict[Pair, PairRuns] = field(default_factory=dict)
-    second_pass: dict[Pair, PairRuns] = field(default_factory=dict)
-    full_set: tuple[NcclRun, ...] = ()
-
-    def forget(self, node: str) -> None:
-        for table in (self.inventory, self.control, self.single):
-            table.pop(node, None)
-        for table in (self.loopback, self.pairs, self.second_pass):
-            for key in [k for k in table if node in k]:
-                del table[key]
-        self.full_set = ()
-
-
-@dataclass
-class Layer:
-    name: str
-    records: tuple[VerdictRecord, ...] = ()
-    isolate: dict[str, str] = field(default_factory=dict)  # node -> evidence
-    stop: str | None = None  # why the stage must stop without replacing anything
-    seconds: float = 0.0
-    rounds: int = 0
-    leftovers: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,17 +47,17 @@ class Ctx:
 
     def ports(self, count: int) -> list[int]:
         with self._lock:
-            return [fc.port_at(self.port_base, next(self._n)) for _ in range(count)]
+            return [commands.port_at(self.port_base, next(self._n)) for _ in range(count)]
 
     def note_timeouts(self, node: str, runs) -> None:
         if any(getattr(r, "timed_out", False) for r in runs):
             with self._lock:
                 self.timed_out.add(node)
 
-    def finish(self, layer: Layer, nodes: list[FabricNode], start: float) -> Layer:
+    def finish(self, layer: Layer, nodes: list[Node], start: float) -> Layer:
         """After a layer with a timeout, make sure no process of ours is left on its nodes."""
         if self.timed_out:
-            layer.leftovers = self.runner.sweep([n.ssh() for n in nodes], f"sweep-{layer.name}")
+            layer.leftovers = self.runner.sweep([ssh_target(n) for n in nodes], f"sweep-{layer.name}")
             self.timed_out.clear()
         layer.seconds = time.monotonic() - start
         return layer
@@ -132,8 +73,8 @@ def isolating(records) -> dict[str, str]:
     return {n: " | ".join(v[:4]) for n, v in out.items()}
 
 
-def _on_all(ctx: Ctx, nodes: list[FabricNode], fn) -> None:
-    raise_fatal(run_on_all([n.ssh() for n in nodes], fn, max_parallel=ctx.runner.max_parallel))
+def _on_all(ctx: Ctx, nodes: list[Node], fn) -> None:
+    raise_fatal(run_on_all([ssh_target(n) for n in nodes], fn, max_parallel=ctx.runner.max_parallel))
 
 
 # --- layer 1 ---------------------------------------------------------------------------------------
@@ -148,17 +89,17 @@ def _parse(parser, ran) -> tuple[object | None, str | None]:
 
 def _inventory_one(ctx: Ctx, node: SshNode) -> Inventory:
     for attempt in range(UNREACHABLE_ATTEMPTS):
-        smi = ctx.runner.run(node, fc.gpu_inventory(), f"inventory-{node.name}-nvidia-smi")
+        smi = ctx.runner.run(node, commands.gpu_inventory(), f"inventory-{node.name}-nvidia-smi")
         if smi.error is None or smi.timed_out or attempt + 1 == UNREACHABLE_ATTEMPTS:
             break
         time.sleep(UNREACHABLE_PAUSE_S)
     if smi.error is not None:
         return Inventory(None, None, smi.error, {})
-    info = ctx.runner.run(node, fc.efa_inventory(), f"inventory-{node.name}-fi_info")
-    version = ctx.runner.run(node, fc.libfabric_version(), f"inventory-{node.name}-fi_info-version")
+    info = ctx.runner.run(node, commands.efa_inventory(), f"inventory-{node.name}-fi_info")
+    version = ctx.runner.run(node, commands.libfabric_version(), f"inventory-{node.name}-fi_info-version")
     gpus, gpu_error = _parse(parse_nvidia_smi, smi)
     fi, fi_error = _parse(parse_fi_info, info)
-    versions = dict(fc.parse_versions(version.stdout))
+    versions = dict(commands.parse_versions(version.stdout))
     if gpus is not None:
         versions["nvidia driver"] = ", ".join(gpus.driver_versions)
         versions["gpu model"] = ", ".join(gpus.models)
@@ -167,7 +108,7 @@ def _inventory_one(ctx: Ctx, node: SshNode) -> Inventory:
     return Inventory(gpus, fi, "; ".join(e for e in (gpu_error, fi_error, info.error) if e) or None, versions)
 
 
-def inventory(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+def inventory(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     todo = [n for n in nodes if n.name not in cache.inventory]
     ctx.log(f"fabric layer 1 (inventory): {len(todo)} node(s)")
@@ -188,16 +129,16 @@ def _loopback(ctx: Ctx, ssh: SshNode, device: str | None, test_id: str) -> Pingp
     its control port turned out to be taken, which says nothing about the NIC."""
     for attempt in (1, 2):
         port = ctx.ports(1)[0]
-        cmd = fc.negative_control(port, ctx.spec) if device is None else fc.loopback(device, port, ctx.spec)
+        cmd = commands.negative_control(port, ctx.spec) if device is None else commands.loopback(device, port, ctx.spec)
         run = ctx.runner.loopback(ssh, cmd, test_id if attempt == 1 else f"{test_id}-again")
-        taken = run.result is not None and any(fc.ADDRESS_IN_USE in e for e in run.result.errors)
+        taken = run.result is not None and any(commands.ADDRESS_IN_USE in e for e in run.result.errors)
         if not taken:
             break
     return run
 
 
-def _loopbacks(ctx: Ctx, node: FabricNode, devices: tuple[str, ...]) -> None:
-    ssh, cache = node.ssh(), ctx.cache
+def _loopbacks(ctx: Ctx, node: Node, devices: tuple[str, ...]) -> None:
+    ssh, cache = ssh_target(node), ctx.cache
     cache.control[node.name] = _loopback(ctx, ssh, None, f"loopback-{node.name}-negative-control")
 
     def one(device: str) -> None:
@@ -208,7 +149,7 @@ def _loopbacks(ctx: Ctx, node: FabricNode, devices: tuple[str, ...]) -> None:
     ctx.note_timeouts(node.name, [cache.control[node.name], *(cache.loopback[(node.name, d)] for d in devices)])
 
 
-def loopback(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+def loopback(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     todo = [n for n in nodes if n.name not in cache.control]
     ctx.log(f"fabric layer 2 (per-NIC loopback + negative control): {len(todo)} node(s)")
@@ -220,7 +161,7 @@ def loopback(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
     layer = Layer("loopback", (*controls, *nics), isolating(nics))
     void = [r.subject for r in controls if r.verdict is Verdict.ISOLATE]
     if void:
-        layer.stop = (f"the loopback pinned to nonexistent device {fc.ABSENT_DEVICE} passed on "
+        layer.stop = (f"the loopback pinned to nonexistent device {commands.ABSENT_DEVICE} passed on "
                       f"{', '.join(void)}: NIC pinning (FI_EFA_IFACE / -d) is not in effect, so no per-NIC "
                       "result can be trusted; check the EFA installer and libfabric version")
     return ctx.finish(layer, nodes, start)
@@ -228,14 +169,14 @@ def loopback(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
 
 # --- layer 3 ---------------------------------------------------------------------------------------
 
-def single_node(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+def single_node(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     todo = [n for n in nodes if n.name not in cache.single]
     ctx.log(f"fabric layer 3 (single-node all_reduce on {ctx.spec.gpus} GPUs): {len(todo)} node(s)")
 
     def one(node: SshNode) -> None:
         run = ctx.runner.nccl(node, "all_reduce", f"single-{node.name}-all_reduce",
-                              lambda path: fc.single_node_all_reduce(ctx.spec, path))
+                              lambda path: commands.single_node_all_reduce(ctx.spec, path))
         cache.single[node.name] = run
         ctx.note_timeouts(node.name, [run])
 
@@ -246,11 +187,11 @@ def single_node(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
 
 # --- layer 5 ---------------------------------------------------------------------------------------
 
-def full_set(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+def full_set(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     ctx.log(f"fabric layer 5 (whole set: all_reduce + alltoall over {len(nodes)} nodes)")
-    first, hosts = nodes[0].ssh(), [n.address for n in nodes]
-    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}", lambda path, c=c: fc.across_nodes(c, hosts, ctx.spec, path))
+    first, hosts = ssh_target(nodes[0]), [n.address for n in nodes]
+    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}", lambda path, c=c: commands.across_nodes(c, hosts, ctx.spec, path))
                  for c in ("all_reduce", "alltoall"))
     cache.full_set = runs
     ctx.note_timeouts(first.name, runs)

@@ -13,35 +13,38 @@ import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tasks.planning import fabric_commands as fc
+from tasks.planning.fabric import commands
 from tasks.planning.fabric import (
     PairRuns, attribute_pairs, judge_pairs, pair_key, pair_name, round_robin_rounds, second_pass_rounds,
 )
 from tasks.planning.fabric.pairing import Pair
-from tasks.stages.fabric_layers import Ctx, FabricNode, Layer, isolating
+from tasks.planning.fabric.outcome import Layer
+from tasks.planning.records import Node
+from tasks.stages.fabric_layers import Ctx, isolating
+from tasks.stages.nodes import ssh_target
 
 COLLECTIVES = ("all_reduce", "alltoall", "sendrecv")
 
 
-def _run_pair(ctx: Ctx, a: FabricNode, b: FabricNode, tag: str) -> PairRuns:
+def _run_pair(ctx: Ctx, a: Node, b: Node, tag: str) -> PairRuns:
     spec, test = ctx.spec, f"pair-{tag}-{a.name}-{b.name}"
     for attempt in (1, 2):  # once more on a fresh port if the control port was taken
         port = ctx.ports(1)[0]
-        ping = ctx.runner.pingpong(a.ssh(), b.ssh(), (fc.pingpong_server(port, spec),
-                                                      fc.pingpong_client(a.address, port, spec)),
+        ping = ctx.runner.pingpong(ssh_target(a), ssh_target(b), (commands.pingpong_server(port, spec),
+                                                      commands.pingpong_client(a.address, port, spec)),
                                    f"{test}-fi_pingpong" + ("" if attempt == 1 else "-again"),
                                    spec.test_timeout_s + 5, port)
-        if ping.result is None or not any(fc.ADDRESS_IN_USE in e for e in ping.result.errors):
+        if ping.result is None or not any(commands.ADDRESS_IN_USE in e for e in ping.result.errors):
             break
     hosts = [a.address, b.address]
-    nccl = tuple(ctx.runner.nccl(a.ssh(), c, f"{test}-{c}",
-                                 lambda path, c=c: fc.across_nodes(c, hosts, spec, path))
+    nccl = tuple(ctx.runner.nccl(ssh_target(a), c, f"{test}-{c}",
+                                 lambda path, c=c: commands.across_nodes(c, hosts, spec, path))
                  for c in COLLECTIVES)
     ctx.note_timeouts(a.name, [ping, *nccl])
     return PairRuns(nccl, ping)
 
 
-def _run_round(ctx: Ctx, pairs: tuple[Pair, ...], by_name: dict[str, FabricNode], tag: str,
+def _run_round(ctx: Ctx, pairs: tuple[Pair, ...], by_name: dict[str, Node], tag: str,
                into: dict[Pair, PairRuns]) -> None:
     workers = max(1, min(len(pairs), ctx.runner.max_parallel))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pdlift-pair") as pool:
@@ -56,7 +59,7 @@ def _schedule(names: list[str], done: dict[Pair, PairRuns]) -> list[tuple[Pair, 
     return [r for r in rounds if r]
 
 
-def pairwise(ctx: Ctx, nodes: list[FabricNode]) -> Layer:
+def pairwise(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     names, by_name = [n.name for n in nodes], {n.name: n for n in nodes}
     rounds = _schedule(names, cache.pairs)

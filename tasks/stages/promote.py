@@ -22,72 +22,58 @@ a rollback can be repeated.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from blueprints.schema import Blueprint
-from tasks.adapters.promotion import Endpoint, ServiceRouting
-from tasks.errors import PdliftError, StackNotReady
+from tasks.adapters.ledger_store import write_atomic
+from tasks.adapters.service_routing import Endpoint
+from tasks.errors import NotReadyYet, PdliftError, StackNotReady
 from tasks.planning.bench_baseline import baseline_from_summaries, dumps_baseline
 from tasks.planning.manifests import render_production_service
 from tasks.planning.manifests.common import COLOUR_LABEL, KEPT_ANNOTATION, colour_namespace, stable_namespace
 from tasks.planning.metrics import ScenarioSummary
+from tasks.planning.records import Promotion, Retired, RolledBack
 from tasks.stages import deploy as deploy_stage
-from tasks.adapters.ledger_store import write_atomic
 from tasks.stages.benchmark import baseline_path
-from tasks.stages.deploy import RolledBack
-from tasks.stages.reserve import Clock
+from tasks.stages.clock import Clock, poll_until
+from tasks.stages.ports import Engines, Routing
 
 PROBE_PROMPT = "pdlift promotion check: say something"
 PROBE_TOKENS = 4
 
 
-class Completions(Protocol):
-    def stream_completion(self, url: str, model: str, prompt: str, max_tokens: int, timeout_s: float): ...
-
-
-@dataclass(frozen=True)
-class Promotion:
-    colour: str
-    previous: str | None
-    answered: tuple[str, ...]     # production endpoints that served the check request
-
-
-def live_colour(bp: Blueprint, routing: ServiceRouting) -> str | None:
-    return deploy_stage.live_colour(bp, routing.kube)
-
-
-def _colour_endpoints(bp: Blueprint, routing: ServiceRouting) -> tuple[list[Endpoint], set]:
+def _colour_endpoints(bp: Blueprint, routing: Routing) -> tuple[list[Endpoint], set]:
     ns = stable_namespace(bp)
     ready = [e for e in routing.endpoints(ns, bp.name) if e.ready]
     colours = {routing.pod_labels(ns, e.pod).get(COLOUR_LABEL) for e in ready}
     return ready, colours
 
 
-def check_traffic(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completions,
+def check_traffic(bp: Blueprint, colour: str, routing: Routing, http: Engines,
                   clock: Clock = Clock(), timeout_s: float = 120.0, poll_s: float = 0.5) -> tuple[str, ...]:
     """Wait until the production Service routes only to ``colour``'s routers, then prove each answers."""
     ns = stable_namespace(bp)
-    deadline = clock.monotonic() + timeout_s
-    while True:
-        ready, colours = _colour_endpoints(bp, routing)
-        if ready and colours == {colour}:
-            break
-        if clock.monotonic() >= deadline:
-            seen = ", ".join(sorted(str(c) for c in colours)) or "no ready endpoint"
-            raise StackNotReady(f"the production Service {ns}/{bp.name} still routes to {seen} "
-                                f"{timeout_s:g} s after switching it to {colour}; check the router pods "
-                                f"router-{colour} in {ns} (kubectl -n {ns} get endpoints {bp.name})")
-        clock.sleep(poll_s)
+    seen: list[set] = [set()]
+
+    def switched() -> list[Endpoint] | None:
+        ready, seen[0] = _colour_endpoints(bp, routing)
+        return ready if ready and seen[0] == {colour} else None
+
+    try:
+        ready = poll_until(switched, bound_s=timeout_s, clock=clock, interval_s=poll_s)
+    except NotReadyYet:
+        shown = ", ".join(sorted(str(c) for c in seen[0])) or "no ready endpoint"
+        raise StackNotReady(f"the production Service {ns}/{bp.name} still routes to {shown} "
+                            f"{timeout_s:g} s after switching it to {colour}; check the router pods "
+                            f"router-{colour} in {ns} (kubectl -n {ns} get endpoints {bp.name})") from None
     for e in ready:
         http.stream_completion(e.url + "/v1/completions", bp.model.name, PROBE_PROMPT, PROBE_TOKENS, 60.0)
     return tuple(e.url for e in ready)
 
 
-def promote(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completions, clock: Clock = Clock(),
+def promote(bp: Blueprint, colour: str, routing: Routing, http: Engines, clock: Clock = Clock(),
             timeout_s: float = 120.0) -> Promotion:
-    previous = live_colour(bp, routing)
+    previous = deploy_stage.live_colour(bp, routing.kube)
     routing.apply(render_production_service(bp, colour))
     try:
         answered = check_traffic(bp, colour, routing, http, clock, timeout_s)
@@ -99,21 +85,13 @@ def promote(bp: Blueprint, colour: str, routing: ServiceRouting, http: Completio
     return Promotion(colour, previous, answered)
 
 
-def rollback(bp: Blueprint, colour: str, routing: ServiceRouting) -> RolledBack:
+def rollback(bp: Blueprint, colour: str, routing: Routing) -> RolledBack:
     """The deploy stage's rollback (``tasks.stages.deploy.rollback``), without waiting for the
     namespace to go: the next deploy waits for a terminating namespace itself."""
     return deploy_stage.rollback(bp, routing.kube, colour, wait_s=0)
 
 
-@dataclass(frozen=True)
-class Retired:
-    colour: str
-    kept_s: int
-    deleted: tuple[str, ...]
-    skipped: str = ""             # why nothing was deleted, when that was decided
-
-
-def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing: ServiceRouting,
+def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing: Routing,
                     clock: Clock = Clock()) -> Retired | None:
     """Delete the colour a promotion replaced, after the blueprint's keep window. None when there
     was no other colour to retire.
@@ -131,7 +109,7 @@ def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing:
     routing.annotate("v1", "Namespace", ns, None, {KEPT_ANNOTATION: until.strftime("%Y-%m-%dT%H:%M:%SZ")})
     if keep:
         clock.sleep(keep)
-    if live_colour(bp, routing) == previous:
+    if deploy_stage.live_colour(bp, routing.kube) == previous:
         routing.annotate("v1", "Namespace", ns, None, {KEPT_ANNOTATION: None})
         return Retired(previous, keep, (), f"production routes to {previous} again; it is kept")
     if KEPT_ANNOTATION not in routing.annotations("v1", "Namespace", ns):

@@ -6,43 +6,21 @@ what is missing. Each new resource id goes to the ledger (``record``) the moment
 
 from __future__ import annotations
 
-import datetime as dt
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from blueprints.schema import Blueprint
-from tasks.adapters.ec2_capacity import Ec2Capacity, Reservation
-from tasks.errors import CapacityUnavailable, NotReadyYet, RequestRejected
-from tasks.planning import ec2_requests as req
-from tasks.planning import identity
+from tasks.adapters.ec2_capacity import Reservation
+from tasks.errors import CapacityUnavailable, RequestRejected
+from tasks.planning import ec2_requests, identity
 from tasks.planning.catalog import price
 from tasks.planning.identity import RunIdentity
 from tasks.planning.ledger import LedgerEntry, now_str
+from tasks.planning.records import Reserved
+from tasks.stages.clock import Clock, poll_until
+from tasks.stages.ports import Capacity, Record
 
 LIVE_STATES = ("active", "pending", "scheduled", "payment-pending", "assessing", "delayed")
 
-Record = Callable[[LedgerEntry], None]
 
-
-@dataclass(frozen=True)
-class Clock:
-    now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)
-    sleep: Callable[[float], None] = time.sleep
-    monotonic: Callable[[], float] = time.monotonic
-
-
-@dataclass(frozen=True)
-class Reserved:
-    reservation_id: str
-    zone: str
-    placement_group: str | None
-    capacity_block: bool
-    blocked_zones: tuple[str, ...]
-    adopted: bool
-
-
-def preflight(bp: Blueprint, cap: Ec2Capacity) -> list[str]:
+def preflight(bp: Blueprint, cap: Capacity) -> list[str]:
     """Checks before any spend; raises RequestRejected naming the fix. Returns notes for the log."""
     notes = []
     info = cap.instance_type_info(bp.aws.instance_type)
@@ -75,7 +53,7 @@ def hourly_cost(bp: Blueprint) -> float:
     return p.usd_per_hour * bp.node_count if p else 0.0
 
 
-def reserve(bp: Blueprint, run: RunIdentity, cap: Ec2Capacity, record: Record, clock: Clock = Clock()) -> Reserved:
+def reserve(bp: Blueprint, run: RunIdentity, cap: Capacity, record: Record, clock: Clock = Clock()) -> Reserved:
     adopted = _adopt(run, cap)
     if adopted:
         _record_reservation(bp, adopted, record, clock)
@@ -94,13 +72,13 @@ def reserve(bp: Blueprint, run: RunIdentity, cap: Ec2Capacity, record: Record, c
     return _odcr_with_failover(bp, run, cap, record, clock)
 
 
-def _adopt(run: RunIdentity, cap: Ec2Capacity) -> Reservation | None:
+def _adopt(run: RunIdentity, cap: Capacity) -> Reservation | None:
     found = [r for r in cap.reservations(filters=identity.run_filters(run.deployment, run.run_id))
              if r.state in LIVE_STATES]
     return found[0] if found else None
 
 
-def _use_existing(bp: Blueprint, cap: Ec2Capacity) -> Reserved:
+def _use_existing(bp: Blueprint, cap: Capacity) -> Reserved:
     rid = bp.aws.capacity.reservation_id or ""
     r = cap.reservation(rid)
     problems = []
@@ -121,23 +99,23 @@ def _use_existing(bp: Blueprint, cap: Ec2Capacity) -> Reserved:
     return Reserved(rid, r.zone, None, r.reservation_type == "capacity-block", (), True)
 
 
-def _buy_block(bp: Blueprint, run: RunIdentity, cap: Ec2Capacity, record: Record, clock: Clock) -> Reserved:
-    offerings = cap.capacity_block_offerings(req.capacity_block_offerings_request(bp, clock.now()))
-    choice = req.choose_capacity_block(bp, offerings)
+def _buy_block(bp: Blueprint, run: RunIdentity, cap: Capacity, record: Record, clock: Clock) -> Reserved:
+    offerings = cap.capacity_block_offerings(ec2_requests.capacity_block_offerings_request(bp, clock.now()))
+    choice = ec2_requests.choose_capacity_block(bp, offerings)
     if choice.offering is None:
         raise CapacityUnavailable(f"no Capacity Block bought: {choice.reason}")
     # PurchaseCapacityBlock has no ClientToken: look again right before buying (tags of this run).
     if _adopt(run, cap):
         return reserve(bp, run, cap, record, clock)
-    r = cap.purchase_capacity_block(req.purchase_capacity_block_request(run, choice.offering["CapacityBlockOfferingId"]))
+    r = cap.purchase_capacity_block(ec2_requests.purchase_capacity_block_request(run, choice.offering["CapacityBlockOfferingId"]))
     record(LedgerEntry("capacity-block", r.reservation_id, "reserve", r.zone, 0.0,
                        float(choice.offering.get("UpfrontFee", 0)), now_str(clock.now()),
                        note="paid upfront; cannot be cancelled; ends at its EndDate"))
     return Reserved(r.reservation_id, r.zone, None, True, (), False)
 
 
-def _odcr_with_failover(bp: Blueprint, run: RunIdentity, cap: Ec2Capacity, record: Record, clock: Clock) -> Reserved:
-    pg = cap.create_placement_group(req.placement_group_request(run))
+def _odcr_with_failover(bp: Blueprint, run: RunIdentity, cap: Capacity, record: Record, clock: Clock) -> Reserved:
+    pg = cap.create_placement_group(ec2_requests.placement_group_request(run))
     record(LedgerEntry("placement-group", pg["GroupName"], "reserve", started_at=now_str(clock.now())))
     blocked: list[str] = []
     for zone in bp.aws.availability_zones:
@@ -145,7 +123,7 @@ def _odcr_with_failover(bp: Blueprint, run: RunIdentity, cap: Ec2Capacity, recor
             blocked.append(f"{zone}: {bp.aws.instance_type} not offered")
             continue
         try:
-            r = cap.create_reservation(req.capacity_reservation_request(bp, run, zone, pg.get("GroupArn")))
+            r = cap.create_reservation(ec2_requests.capacity_reservation_request(bp, run, zone, pg.get("GroupArn")))
         except CapacityUnavailable as e:
             blocked.append(f"{zone}: {e.code}")
             continue
@@ -163,20 +141,20 @@ def _record_reservation(bp: Blueprint, r: Reservation, record: Record, clock: Cl
                        note="bills at the On-Demand rate while active, used or not" if not block else ""))
 
 
-def _wait_usable(bp: Blueprint, cap: Ec2Capacity, rid: str, clock: Clock) -> Reservation:
-    deadline = clock.monotonic() + bp.aws.capacity.wait_ready_s
-    delay = 1.0
-    while True:
-        r = cap.reservation(rid)
+def _wait_usable(bp: Blueprint, cap: Capacity, rid: str, clock: Clock) -> Reservation:
+    seen: list[Reservation | None] = [None]
+
+    def probe() -> Reservation | None:
+        r = seen[0] = cap.reservation(rid)
         if r and (r.state == "active" or (r.state == "pending" and (r.available >= bp.node_count or _in_use(r)))):
             return r  # a pending reservation is usable once its slots show up (reference §1.2)
         if r and r.state in ("failed", "cancelled", "expired"):
             raise CapacityUnavailable(f"reservation {rid} is {r.state}", zone=r.zone, code=r.state)
-        if clock.monotonic() >= deadline:
-            raise NotReadyYet(f"reservation {rid} not usable after {bp.aws.capacity.wait_ready_s}s "
-                              f"(state {r.state if r else 'missing'}); it is recorded: tear down or re-run")
-        clock.sleep(delay)
-        delay = min(delay * 2, 15.0)
+        return None
+
+    return poll_until(probe, bound_s=bp.aws.capacity.wait_ready_s, clock=clock, interval_s=1.0, max_interval_s=15.0,
+                      what=lambda: f"reservation {rid} not usable after {bp.aws.capacity.wait_ready_s}s (state "
+                                   f"{seen[0].state if seen[0] else 'missing'}); it is recorded: tear down or re-run")
 
 
 def _in_use(r: Reservation) -> int:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from tasks.adapters.ec2_capacity import Ec2Capacity
-from tasks.adapters.ec2_instances import Ec2Instances
-from tasks.adapters.kube_nodes import KubeNodes
-from tasks.errors import StageFailed
+from tasks.errors import NotReadyYet, StageFailed
 from tasks.planning import identity
 from tasks.planning.identity import TAG_CREATED, TAG_DEPLOYMENT, TAG_RUN, TAG_TTL
-from tasks.stages.reserve import LIVE_STATES, Clock
+from tasks.stages.clock import Clock, poll_until
+from tasks.stages.ports import Capacity, Instances, KubeNodes
+from tasks.stages.reserve import LIVE_STATES
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class TeardownReport:
         return out + [f"kept {k}" for k in self.kept]
 
 
-def inventory(cap: Ec2Capacity, inst: Ec2Instances, deployment: str | None, run_id: str | None) -> list[Found]:
+def inventory(cap: Capacity, inst: Instances, deployment: str | None, run_id: str | None) -> list[Found]:
     """Every pdlift-tagged resource of a deployment (or of all deployments when None)."""
     filters = (identity.run_filters(deployment, run_id) if deployment
                else [{"Name": "tag-key", "Values": [TAG_DEPLOYMENT]}])
@@ -68,7 +67,7 @@ def _found(kind: str, rid: str, tags: dict[str, str], detail: str) -> Found:
     return Found(kind, rid, tags.get(TAG_DEPLOYMENT, ""), tags.get(TAG_RUN, ""), tags.get(TAG_CREATED, ""), ttl, detail)
 
 
-def release(found: list[Found], cap: Ec2Capacity, inst: Ec2Instances, clock: Clock = Clock(),
+def release(found: list[Found], cap: Capacity, inst: Instances, clock: Clock = Clock(),
             kube: KubeNodes | None = None, deployments: set[str] | None = None) -> TeardownReport:
     """Release in dependency order: namespaces, instances (and wait), placement groups, reservations,
     launch templates."""
@@ -99,26 +98,27 @@ def release(found: list[Found], cap: Ec2Capacity, inst: Ec2Instances, clock: Clo
     return report
 
 
-def _wait_terminated(inst: Ec2Instances, ids: list[str], clock: Clock, bound_s: float = 900) -> None:
+def _wait_terminated(inst: Instances, ids: list[str], clock: Clock, bound_s: float = 900) -> None:
     if not ids:
         return
-    deadline = clock.monotonic() + bound_s
-    while True:
-        left = [i.instance_id for i in inst.describe(ids=ids) if i.state != "terminated"]
-        if not left:
-            return
-        if clock.monotonic() >= deadline:
-            raise StageFailed(f"instances {', '.join(left)} still not terminated after {bound_s:.0f}s; "
-                              "run teardown again, or terminate them in the console to stop charges")
-        clock.sleep(2.0)
+    left: list[str] = list(ids)
+
+    def all_terminated() -> bool:
+        left[:] = [i.instance_id for i in inst.describe(ids=ids) if i.state != "terminated"]
+        return not left
+
+    try:
+        poll_until(all_terminated, bound_s=bound_s, clock=clock)
+    except NotReadyYet:
+        raise StageFailed(f"instances {', '.join(left)} still not terminated after {bound_s:.0f}s; "
+                          "run teardown again, or terminate them in the console to stop charges") from None
 
 
-def _delete_placement_group(cap: Ec2Capacity, name: str, clock: Clock, bound_s: float = 300) -> None:
-    deadline = clock.monotonic() + bound_s
-    while not cap.delete_placement_group(name):  # InUse until the instances are gone
-        if clock.monotonic() >= deadline:
-            raise StageFailed(f"placement group {name} still in use after {bound_s:.0f}s; run teardown again")
-        clock.sleep(3.0)
+def _delete_placement_group(cap: Capacity, name: str, clock: Clock, bound_s: float = 300) -> None:
+    try:  # InUse until the instances are gone
+        poll_until(lambda: cap.delete_placement_group(name), bound_s=bound_s, clock=clock, interval_s=3.0)
+    except NotReadyYet:
+        raise StageFailed(f"placement group {name} still in use after {bound_s:.0f}s; run teardown again") from None
 
 
 def stale(found: list[Found], now: dt.datetime, active_runs: set[str]) -> list[Found]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.timing import timing
-from tasks.adapters.ssh import (NodeShell, RemoteCommandFailed, RemoteCommandTimeout, SshNode,
-                                SshSettings, run_on_all)
-from tasks.adapters.ssh_hostkeys import fingerprint, parse_console_output, parse_key_line
-from tasks.errors import HostKeyMismatch, RemoteUnavailable, StageFailed
+from tasks.adapters.ssh import NodeShell, SshNode, SshSettings, run_on_all
+from tasks.adapters.ssh_hostkeys import fingerprint, parse_key_line
+from tasks.parsing.console_output import parse_console_output
+from tasks.errors import HostKeyMismatch, RemoteCommandFailed, RemoteCommandTimeout, RemoteUnavailable, StageFailed
 from tests.sandbox.staging.sshd import Sshd, free_port, keygen
 
 pytestmark = pytest.mark.sandbox

@@ -49,10 +49,10 @@ def test_killed_worker_during_staging_then_rerun_completes_without_a_second_rese
     from tasks.adapters.ledger_store import LedgerStore
 
     ledger = LedgerStore(sandbox_state_dir).load("sandbox-2p2d", RUN_ID)
-    weights = ledger.outputs["weights"]
-    total = sum(n["bytes_total"] for n in weights["nodes"].values())
-    assert weights["bytes_fetched"] <= total - verified_before, "verified files were downloaded again"
-    assert weights["bytes_fetched"] < total
+    weights = ledger.records["weights"]
+    total = sum(n.bytes_total for n in weights.nodes)
+    assert weights.bytes_fetched <= total - verified_before, "verified files were downloaded again"
+    assert weights.bytes_fetched < total
 
 
 def _logs(server, flow_run_id: str) -> str:

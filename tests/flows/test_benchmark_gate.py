@@ -30,10 +30,10 @@ def task_results(tmp_path):
         yield
 
 
-def _flow(path: Path, run_id: str) -> dict:
-    from flows.benchmark_gate import benchmark_gate_flow
+def _flow(path: Path, run_id: str):
+    from flows.benchmark import benchmark_flow
 
-    return benchmark_gate_flow(str(path), "green", run_id)
+    return benchmark_flow(str(path), run_id, "green")
 
 
 def _production_colour(stacks) -> str:
@@ -126,10 +126,10 @@ class Approver(threading.Thread):
 def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     stacks, bp, run_id = bench_env, bench_env.blueprint, "pass-" + uuid.uuid4().hex[:6]
     result = _flow(stacks.directory / "bp.yaml", run_id)
-    assert result["gate"]["outcome"] == "PASS" and result["outcome"] == "promoted"
-    assert _production_colour(stacks) == "green" and result["promotion"]["previous"] == "blue"
+    assert result.gate.outcome == "PASS" and result.outcome == "promoted"
+    assert _production_colour(stacks) == "green" and result.promotion.previous == "blue"
     # The promotion completed, so the colour it replaced is retired (keep_previous_colour_s: 0).
-    assert result["retired"]["colour"] == "blue" and f"Namespace {bp.name}-blue" in result["retired"]["deleted"]
+    assert result.retired.colour == "blue" and f"Namespace {bp.name}-blue" in result.retired.deleted
     assert _colour_is_gone(stacks, "blue")
     # Traffic flows: a request to the production Service's address is served by a green router.
     endpoint = next(e for e in stacks.routing.endpoints(bp.name, bp.name) if e.ready)
@@ -137,11 +137,11 @@ def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     with EngineHttp() as http:
         assert http.stream_completion(endpoint.url + "/v1/completions", bp.model.name, "hello", 4, 30).chunks == 4
     # The run is the new baseline, versioned with its run id; the old one is kept.
-    state = Path(result["promotion"]["baseline"]).parent
-    assert loads_baseline(Path(result["promotion"]["baseline"]).read_text()).run_id == run_id
+    state = Path(result.promotion.baseline).parent
+    assert loads_baseline(Path(result.promotion.baseline).read_text()).run_id == run_id
     assert any(p.name.endswith(f"-{run_id}.json") for p in (state / bp.name).iterdir())
     # The report: a plot, and a markdown artifact with the verdict and the plot inline.
-    assert Path(result["gate"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Path(result.gate.plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = _artifact(f"gate-{bp.name}").data
     assert "# Promotion gate: PASS" in markdown and "data:image/png;base64," in markdown
     assert _artifact(f"gate-{bp.name}-short").type == "table"
@@ -179,8 +179,8 @@ def test_too_few_samples_is_inconclusive_and_an_approval_resumes_the_run_to_prom
     result = _flow(path, run_id)
     approver.join(timeout=5)
     assert approver.paused_state == "Paused"
-    assert result["gate"]["outcome"] == "INCONCLUSIVE" and result["outcome"] == "promoted"
-    assert "approved by a person: sandbox noise" in result["decision"]
+    assert result.gate.outcome == "INCONCLUSIVE" and result.outcome == "promoted"
+    assert "approved by a person: sandbox noise" in result.decision
     assert _production_colour(stacks) == "green"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blueprints.schema import FabricSpec
-from tasks.planning import fabric_commands as fc
+from tasks.planning.fabric import commands as fc
 from sandbox.s3 import free_port as _free_port
 
 SPEC = FabricSpec(test_timeout_s=40, judge_size_bytes=1 << 30)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from blueprints.schema import FabricSpec
 from tasks.adapters.ssh import CommandResult
-from tasks.planning import fabric_commands as fc
+from tasks.planning.fabric import commands as fc
 from tasks.stages.fabric_exec import Runner
-from tasks.stages.fabric_layers import Ctx, FabricNode
+from tasks.planning.records import Node
+from tasks.stages.fabric_layers import Ctx
 from tasks.stages.fabric_pairs import pairwise
 
 SPEC = FabricSpec(test_timeout_s=5, max_pingpong_latency_us=100)
@@ -72,7 +73,7 @@ class FakeShell:
         return 0, "", ""
 
 
-NODES = [FabricNode(f"i-{c}", f"10.0.0.{i}", "decode", ("ssh-ed25519 AAAA",)) for i, c in enumerate("abcd", 1)]
+NODES = [Node(f"i-{c}", f"10.0.0.{i}", "decode", ("ssh-ed25519 AAAA",)) for i, c in enumerate("abcd", 1)]
 
 
 def _pairwise(slow, nodes=NODES, socket_on=None):

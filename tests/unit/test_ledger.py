@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 
 from tasks.planning.ledger import Ledger, LedgerEntry, hourly_burn, render_markdown, spend_by_stage
+from tasks.planning.records import Reserved
 from tasks.stages.teardown import Found, stale
 
 T0 = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.timezone.utc)
@@ -28,7 +29,8 @@ def test_recording_the_same_resource_twice_keeps_one_entry():
 
 def test_ledger_round_trips_through_json_and_renders_a_table():
     ledger = Ledger("d", "r", "2026-11-29T10:00:00Z").with_entry(
-        LedgerEntry("capacity-block", "cr-9", "reserve", upfront_usd=1000.0)).with_stage("reserve", {"x": 1})
+        LedgerEntry("capacity-block", "cr-9", "reserve", upfront_usd=1000.0)).with_record(
+        Reserved("cr-9", "us-east-2a", None, True, (), False))
     again = Ledger.from_dict(ledger.to_dict())
     assert again == ledger
     text = render_markdown(again, T0)

@@ -7,14 +7,17 @@ from dataclasses import replace
 import pytest
 
 from tasks.planning.ledger import Ledger
+from tasks.planning.records import (Deployed, FabricVerdict, Fleet, GateResult, GateVerdict, Node, Promotion,
+                                    Reserved, StagedWeights)
 from tasks.planning.resume import Observed, leading_done, still_done
 
 IDS = ("i-0a", "i-0b", "i-0c", "i-0d")
+FLEET = Fleet(tuple(Node(i, f"10.0.0.{n}", "decode") for n, i in enumerate(IDS)), "lt-1", 3, ())
+DEPLOYED = Deployed("sandbox-2p2d", "green", "blue", "sandbox-2p2d-green", "sandbox-2p2d", "router-green", {}, 1.0, "")
 DONE = Ledger("sandbox-2p2d", "run1", "2026-11-29T00:00:00Z",
-              stages_done=("reserve", "launch", "fabric", "weights", "deploy", "benchmark"),
-              outputs={"reserve": {"reservation_id": "cr-1"},
-                       "launch": {"nodes": [{"instance_id": i} for i in IDS]},
-                       "deploy": {"colour": "green"}})
+              records={"reserve": Reserved("cr-1", "us-east-2a", "pg", False, (), False), "launch": FLEET,
+                       "fabric": FabricVerdict(True, None, 1.0, 1, "", (), FLEET), "weights": StagedWeights(()),
+                       "deploy": DEPLOYED})
 ALL_THERE = Observed("active", frozenset(IDS), True, live_colour="blue")   # green is still the candidate
 
 
@@ -23,8 +26,8 @@ def test_a_stage_done_whose_results_are_all_there_is_skipped(stage):
     assert still_done(stage, DONE, ALL_THERE)
 
 
-PROMOTED = replace(DONE, outputs={**DONE.outputs, "benchmark": {"outcome": "promoted",
-                                                                   "promotion": {"colour": "green"}}})
+PROMOTED = replace(DONE, records={**DONE.records, "benchmark": GateResult(
+    "promoted", "PASS", GateVerdict("PASS", (), "", "", ""), Promotion("green", "blue", ()))})
 
 
 def test_a_benchmark_that_did_not_promote_the_live_colour_runs_again():
@@ -45,7 +48,7 @@ def test_a_deployed_colour_that_is_live_without_this_run_promoting_it_is_not_a_c
 
 @pytest.mark.parametrize("stage", ["reserve", "launch", "deploy"])
 def test_a_stage_the_ledger_does_not_call_done_runs(stage):
-    assert not still_done(stage, replace(DONE, stages_done=()), ALL_THERE)
+    assert not still_done(stage, replace(DONE, records={}), ALL_THERE)
 
 
 @pytest.mark.parametrize("state, skipped", [("active", True), ("pending", True), ("cancelled", False),
@@ -66,7 +69,8 @@ def test_a_deploy_whose_candidate_was_rolled_back_runs_again():
 
 
 def test_a_ledger_without_the_outputs_it_needs_never_skips():
-    bare = replace(DONE, outputs={})
+    bare = replace(DONE, records={"reserve": replace(DONE.records["reserve"], reservation_id=""),
+                                  "launch": replace(FLEET, nodes=()), "deploy": replace(DEPLOYED, colour="")})
     assert not any(still_done(s, bare, ALL_THERE) for s in ("reserve", "launch", "deploy"))
 
 

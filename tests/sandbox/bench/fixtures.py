@@ -28,7 +28,7 @@ import yaml
 from blueprints.loader import load_blueprint
 from blueprints.schema import Blueprint
 from tasks.adapters.kube_apply import KubeApply
-from tasks.adapters.promotion import ServiceRouting
+from tasks.adapters.service_routing import ServiceRouting
 from tasks.planning.manifests import render_production_service, render_stack
 from tasks.planning.manifests.common import colour_namespace, stable_namespace
 from tasks.planning.manifests.router import router_name

@@ -10,8 +10,8 @@ from tasks.errors import StackNotReady, StageFailed
 from tasks.planning.manifests.common import COLOUR_LABEL
 from tasks.stages import deploy as deploy_stage
 from tasks.stages import promote as stage
-from tasks.stages.deploy_wait import StackFailure
-from tasks.stages.reserve import Clock
+from tasks.errors import StackFailure
+from tasks.stages.clock import Clock
 from tests.fixtures.kube import wait_for
 
 

@@ -14,8 +14,8 @@ from cli.main import main
 from tasks.errors import ConfigError, StageFailed
 from tasks.planning.manifests import render_production_service
 from tasks.stages import deploy as stage
-from tasks.stages.deploy_canary import kv_bytes
-from tasks.stages.deploy_wait import StackFailure
+from tasks.planning.canary import kv_bytes
+from tasks.errors import StackFailure
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tasks.adapters.engine_http import EngineHttp, Sample, parse_prometheus
+from tasks.adapters.engine_http import EngineHttp
+from tasks.parsing.prometheus import Sample, parse_prometheus
 from tasks.errors import StackNotReady
-from tasks.stages.deploy_canary import canary_prompt, canary_tokens, judge, transport_in_log
+from tasks.planning.canary import canary_prompt, canary_tokens, judge, transport_in_log
 
 KV = "pdlift_sandbox_kv_transfer_bytes_total"
 

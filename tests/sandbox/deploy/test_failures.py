@@ -15,7 +15,7 @@ from blueprints.loader import load_blueprint
 from tasks.adapters.kube_apply import KubeApply
 from tasks.errors import ConfigError
 from tasks.stages import deploy as stage
-from tasks.stages.deploy_wait import StackFailure
+from tasks.errors import StackFailure
 from tests.sandbox.deploy.conftest import FAST, write_blueprint
 
 OPTIONS = stage.DeployOptions(limits=FAST)

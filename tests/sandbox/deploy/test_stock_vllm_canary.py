@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tasks.stages import deploy as stage
-from tasks.stages.deploy_wait import StackFailure
+from tasks.errors import StackFailure
 from tests.sandbox.deploy.conftest import FAST
 
 OPTIONS = stage.DeployOptions(limits=FAST)

@@ -8,8 +8,9 @@ from unittest.mock import create_autospec
 import pytest
 
 from tasks.adapters.kube_apply import ContainerState, KubeApply, PodInfo
-from tasks.stages.deploy_wait import PodGroup, StackFailure, WaitLimits, wait_for_stack
-from tasks.stages.reserve import Clock
+from tasks.errors import StackFailure
+from tasks.stages.deploy_wait import PodGroup, WaitLimits, wait_for_stack
+from tasks.stages.clock import Clock
 
 GROUP = [PodGroup("prefill", "ns", {"leaderworkerset.sigs.k8s.io/name": "prefill"}, 1)]
 LIMITS = WaitLimits(scheduled_s=60, started_s=60, ready_s=60, router_s=60, unschedulable_grace_s=10, poll_s=1)

@@ -8,7 +8,6 @@ address) and cleared after every test.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import getpass
 import socket
@@ -22,21 +21,22 @@ import yaml
 from blueprints.loader import load_blueprint
 from blueprints.schema import Blueprint, FabricSpec
 from sandbox.nodes.tools import faults as node_faults
-from tasks.adapters import eks as eks_adapter
 from tasks.adapters.kube_nodes import KubeNodes
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.adapters.ssh import SshSettings
-from tasks.runs import Run, aws_adapters, open_run
+from tasks.planning.records import Fleet, Node
+from tasks.runs import Run, open_run
 from tasks.stages import launch as launch_stage
+from tasks.stages import nodes as node_lifecycle
 from tasks.stages import reserve as reserve_stage
 from tasks.stages import teardown
-from tasks.stages.fabric_layers import FabricNode
-from tasks.stages.fabric_replace import pin_fleet
+from tasks.stages.clock import Clock
+from tasks.wiring import Wiring
 from tests.sandbox.nodes.helpers import require_node_tools
 
 ROOT = Path(__file__).resolve().parents[3]
-FAST = reserve_stage.Clock(sleep=lambda s: None)
-POLL = reserve_stage.Clock()
+FAST = Clock(sleep=lambda s: None)
+POLL = Clock()
 # The tcp provider standing in for EFA, on two shared cores, answers in milliseconds, not the
 # microseconds of a p5en: the latency limit is the blueprint's to set, so the tests set it.
 SANDBOX_FABRIC = {"max_pingpong_latency_us": 1e6, "test_timeout_s": 20}
@@ -61,7 +61,7 @@ def write_blueprint(bp: Blueprint, path: Path) -> Path:
 class LaunchedFleet:
     bp: Blueprint
     run: Run
-    fleet: launch_stage.Fleet
+    fleet: Fleet
     adapters: object
     kube: KubeNodes
     ssh: SshSettings
@@ -69,10 +69,11 @@ class LaunchedFleet:
     blueprint_path: Path
     admin: object  # the AWS endpoint's admin routes (inject API faults, read requests)
 
-    def nodes(self) -> list[FabricNode]:
+    def nodes(self) -> list[Node]:
         """The current fleet, host keys pinned from console output (as the stage task does)."""
-        launched = self.run.ledger.outputs.get("launch") or {}
-        return pin_fleet(launched.get("nodes") or self.fleet.nodes, self.adapters.instances, POLL, 30)
+        self.run.reload()
+        current = self.run.ledger.fleet() or self.fleet
+        return node_lifecycle.pin(self.adapters.instances, current.nodes, POLL, 30)
 
     def fault(self, instance_id: str, **values) -> None:
         node_faults.set_node_faults(self.state_dir, instance_id, **values)
@@ -89,7 +90,7 @@ def _reachable(address: str, port: int) -> bool:
         return False
 
 
-def wait_reachable(nodes: list[FabricNode], port: int, want: bool = True, timeout: float = 15.0) -> None:
+def wait_reachable(nodes: list[Node], port: int, want: bool = True, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(_reachable(n.address, port) == want for n in nodes):
@@ -110,22 +111,22 @@ def launch_fleet(sandbox_stack, aws_sandbox, sandbox_state_dir, tmp: Path, run_i
         mp.setenv("PDLIFT_STATE_DIR", str(tmp / "state"))
         bp = sandbox_blueprint(int(sandbox_stack.overrides["ssh_port"]), aws_sandbox.ssh_key_file)
         path = write_blueprint(bp, tmp / "blueprint.yaml")
-        run = open_run(bp, run_id, LedgerStore(tmp / "state"), now=dt.datetime.now(dt.timezone.utc))
-        adapters = aws_adapters(bp)
-        cluster = eks_adapter.describe_cluster(adapters.eks, bp.aws.eks.cluster)
-        kube = KubeNodes(eks_adapter.api_client(cluster, adapters.sts))
+        run = open_run(bp, str(path), run_id, LedgerStore(tmp / "state"), now=dt.datetime.now(dt.timezone.utc))
+        adapters = Wiring(bp)
+        cluster, kube = adapters.cluster, adapters.kube_nodes
         reserved = reserve_stage.reserve(bp, run.identity, adapters.capacity, run.record, FAST)
-        run.stage_done("reserve", {"zone": reserved.zone, "reservation_id": reserved.reservation_id})
+        run.finish_stage(reserved)  # as the pipeline runner records a stage
         try:
             fleet = launch_stage.launch(bp, run.identity, reserved, adapters.capacity, adapters.instances,
                                         cluster, kube, run.record, POLL)
-            run.stage_done("launch", dataclasses.asdict(fleet))
+            run.finish_stage(fleet)
             ssh = SshSettings.from_spec(bp.aws.ssh, connect_attempts=2, retry_delay_s=0.2)
             yield LaunchedFleet(bp, run, fleet, adapters, kube, ssh, sandbox_state_dir, path, aws_sandbox.admin)
         finally:
             node_faults.clear_faults(sandbox_state_dir)
             teardown.release(teardown.inventory(adapters.capacity, adapters.instances, bp.name, None),
                              adapters.capacity, adapters.instances, POLL)
+            adapters.close()
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.validate_fabric import validate_fabric_flow
+from flows.fabric import fabric_flow
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.planning.identity import TAG_RUN
 from tests.sandbox.fabric.conftest import launch_fleet
@@ -31,12 +31,12 @@ def test_a_node_with_a_slow_link_is_isolated_by_the_pairwise_layer_replaced_and_
     # The terminated node's reservation slot is not free at the first try (as on EC2 for minutes).
     launched.admin.inject(action="RunInstances", code="ReservationCapacityExceeded", times=1)
 
-    summary = validate_fabric_flow(str(launched.blueprint_path), run_id)
+    summary = fabric_flow(str(launched.blueprint_path), run_id)
 
-    assert summary["passed"] and summary["passes"] == 2
-    ((old, new),) = [(r["old"], r["new"]) for r in summary["replaced"]]
+    assert summary.passed and summary.passes == 2
+    ((old, new),) = [(r.old, r.new) for r in summary.replaced]
     assert old == slow.name and new not in {n.name for n in nodes}
-    saved = json.loads((Path(summary["results"]) / "results.json").read_text())
+    saved = json.loads((Path(summary.results) / "results.json").read_text())
     first, second = saved["passes"]
     assert first["layers"][-1]["name"] == "pairwise" and list(first["layers"][-1]["isolate"]) == [slow.name]
     evidence = first["layers"][-1]["isolate"][slow.name]
@@ -56,12 +56,12 @@ def test_a_node_with_a_slow_link_is_isolated_by_the_pairwise_layer_replaced_and_
     assert labels[new]["pdlift.io/role"] == slow.role
 
     ledger = LedgerStore().load(launched.bp.name, run_id)
-    fleet = ledger.outputs["launch"]
-    assert {n["instance_id"] for n in fleet["nodes"]} == {n.name for n in nodes} - {old} | {new}
-    assert next(n for n in fleet["nodes"] if n["instance_id"] == new)["role"] == slow.role
-    assert ledger.outputs["fabric"]["passed"] is True
+    fleet = ledger.fleet()
+    assert {n.instance_id for n in fleet.nodes} == {n.name for n in nodes} - {old} | {new}
+    assert next(n for n in fleet.nodes if n.instance_id == new).role == slow.role
+    assert ledger.records["fabric"].passed is True
     assert any(e.resource_id == new and e.stage == "fabric" for e in ledger.entries)
     assert any(e.resource_id == old and e.ended_at for e in ledger.entries)
 
-    report = (Path(summary["results"]) / "report.md").read_text()
+    report = (Path(summary.results) / "report.md").read_text()
     assert f"replaced {old} with {new}" in report and report.splitlines()[0].endswith(": PASS")

@@ -18,9 +18,12 @@ import pytest
 
 from tasks.adapters.ssh import NodeShell
 from tasks.errors import FabricCheckFailed, HostKeyMismatch
-from tasks.planning import fabric_commands as fc
-from tasks.stages import fabric, fabric_report
+from tasks.planning.fabric import commands as fc
+from tasks.planning.fabric import report as fabric_report
+from tasks.stages import fabric
 from tasks.stages.fabric_exec import Runner
+from tasks.stages.fabric_results import ResultsDir
+from tasks.stages.nodes import ssh_target
 from tests.sandbox.fabric.conftest import launch_fleet, wait_reachable
 
 pytestmark = pytest.mark.sandbox
@@ -31,21 +34,21 @@ def launched(sandbox_stack, aws_sandbox, sandbox_state_dir, tmp_path_factory):
     yield from launch_fleet(sandbox_stack, aws_sandbox, sandbox_state_dir, tmp_path_factory.mktemp("fabric"), "f0001")
 
 
-def validate(launched, nodes, spec, results: fabric_report.ResultsDir | None = None, replace=None):
-    results = results or fabric_report.ResultsDir(None)
+def validate(launched, nodes, spec, results: ResultsDir | None = None, replace=None):
+    results = results or ResultsDir(None)
     with NodeShell(launched.ssh) as shell:
         return fabric.validate(spec, nodes, Runner(shell, "test", results.keep), replace=replace)
 
 
 def our_processes(launched, node) -> list[tuple[int, str]]:
     with NodeShell(launched.ssh) as shell:
-        listing = shell.run(node.ssh(), ["ps", "-eo", "pid=,args="], timeout_s=20).stdout
+        listing = shell.run(ssh_target(node), ["ps", "-eo", "pid=,args="], timeout_s=20).stdout
     return fc.leftover_processes(listing)
 
 
 def test_four_healthy_nodes_pass_every_layer_with_three_pairwise_rounds_and_keep_their_results(launched, tmp_path):
     nodes = launched.nodes()
-    results = fabric_report.ResultsDir(tmp_path / "fabric")
+    results = ResultsDir(tmp_path / "fabric")
     outcome = validate(launched, nodes, launched.spec(), results)
     assert outcome.passed, outcome.failure
     (only,) = outcome.passes
@@ -136,14 +139,14 @@ def test_shell_metacharacters_in_a_host_or_device_name_reach_the_tool_as_one_lit
     witness = tmp_path / "injected"
     hostile = f"127.0.0.1;touch {witness};$(touch {witness})`touch {witness}`'\"$IFS"
     spec = launched.spec(test_timeout_s=5)
-    results = fabric_report.ResultsDir(None)
+    results = ResultsDir(None)
     with NodeShell(launched.ssh) as shell:
         runner = Runner(shell, "inject", results.keep)
-        runner.prepare([node.ssh()])
-        nccl = runner.nccl(node.ssh(), "all_reduce", "inject-nccl",
+        runner.prepare([ssh_target(node)])
+        nccl = runner.nccl(ssh_target(node), "all_reduce", "inject-nccl",
                            lambda path: fc.across_nodes("all_reduce", [node.address, hostile], spec, path))
-        loop = runner.loopback(node.ssh(), fc.loopback(hostile, 23451, spec), "inject-loopback")
-        ping = runner.pingpong(node.ssh(), node.ssh(), (fc.pingpong_server(23453, spec),
+        loop = runner.loopback(ssh_target(node), fc.loopback(hostile, 23451, spec), "inject-loopback")
+        ping = runner.pingpong(ssh_target(node), ssh_target(node), (fc.pingpong_server(23453, spec),
                                                          fc.pingpong_client(hostile, 23453, spec)),
                                "inject-pingpong", 5, 23453)
     assert not witness.exists()
@@ -185,7 +188,7 @@ def test_fabric_parse_reads_a_saved_nccl_log_from_a_node(launched, tmp_path, cap
 
     node = launched.nodes()[0]
     with NodeShell(launched.ssh) as shell:
-        text = shell.run(node.ssh(), ["all_reduce_perf", "-b", "1G", "-e", "2G", "-f", "2", "-g", "8"],
+        text = shell.run(ssh_target(node), ["all_reduce_perf", "-b", "1G", "-e", "2G", "-f", "2", "-g", "8"],
                          timeout_s=30).stdout
     saved = Path(tmp_path / "nccl.txt")
     saved.write_text(text)

@@ -10,7 +10,8 @@ import pytest
 from blueprints.loader import load_blueprint
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.planning import identity
-from tasks.runs import aws_adapters, open_run
+from tasks.runs import open_run
+from tasks.wiring import Wiring
 
 ROOT = Path(__file__).resolve().parents[3]
 _RUN_IDS = itertools.count(1)
@@ -37,7 +38,7 @@ def bp():
 def new_run(tmp_path):
     def make(blueprint, run_id=None):
         rid = run_id or f"t{next(_RUN_IDS):04d}"
-        return open_run(blueprint, rid, LedgerStore(tmp_path / "state"),
+        return open_run(blueprint, str(ROOT / "blueprints" / "sandbox-2p2d.yaml"), rid, LedgerStore(tmp_path / "state"),
                         now=dt.datetime.now(dt.timezone.utc))
     return make
 
@@ -61,4 +62,5 @@ def tagged(aws_env, deployment: str) -> dict[str, list[str]]:
 
 @pytest.fixture
 def adapters(aws_env, bp):
-    return aws_adapters(bp)
+    with Wiring(bp) as wiring:
+        yield wiring

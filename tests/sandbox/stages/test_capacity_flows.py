@@ -15,17 +15,17 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
 
-    from flows.launch_nodes import launch_nodes_flow
-    from flows.reserve_capacity import reserve_capacity_flow
+    from flows.launch import launch_flow
+    from flows.reserve import reserve_flow
     from flows.teardown import teardown_flow
 
     sandbox_stack.require("kube")
-    reserved = reserve_capacity_flow(BLUEPRINT, "flowrun1")
-    assert reserved["reservation_id"].startswith("cr-") and not reserved["adopted"]
-    again = reserve_capacity_flow(BLUEPRINT, "flowrun1")
-    assert again["adopted"] and again["reservation_id"] == reserved["reservation_id"]
-    fleet = launch_nodes_flow(BLUEPRINT, "flowrun1")
-    assert sorted(n["role"] for n in fleet["nodes"]) == ["decode", "decode", "prefill", "prefill"]
+    reserved = reserve_flow(BLUEPRINT, "flowrun1")
+    assert reserved.reservation_id.startswith("cr-") and not reserved.adopted
+    again = reserve_flow(BLUEPRINT, "flowrun1")
+    assert again.adopted and again.reservation_id == reserved.reservation_id
+    fleet = launch_flow(BLUEPRINT, "flowrun1")
+    assert sorted(n.role for n in fleet.nodes) == ["decode", "decode", "prefill", "prefill"]
     assert len(tagged(aws_env, "sandbox-2p2d")["instances"]) == 4
 
     released = teardown_flow(BLUEPRINT, None)

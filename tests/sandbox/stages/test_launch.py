@@ -4,17 +4,16 @@ import json
 
 import pytest
 
-from tasks.adapters import eks as eks_adapter
-from tasks.adapters.kube_nodes import KubeNodes
 from tasks.errors import StageFailed
 from tasks.planning.iam import actions
 from tasks.stages import launch as launch_stage
 from tasks.stages import reserve as reserve_stage
 from tasks.stages import teardown
+from tasks.stages.clock import Clock
 from tests.sandbox.stages.conftest import tagged
 
-FAST = reserve_stage.Clock(sleep=lambda s: None)
-POLL = reserve_stage.Clock()  # real sleeps while nodes boot and join
+FAST = Clock(sleep=lambda s: None)
+POLL = Clock()  # real sleeps while nodes boot and join
 
 
 @pytest.fixture
@@ -25,8 +24,7 @@ def fleet_env(sandbox_stack, aws_env):
 
 @pytest.fixture
 def cluster_and_kube(fleet_env, adapters, bp):
-    cluster = eks_adapter.describe_cluster(adapters.eks, bp.aws.eks.cluster)
-    return cluster, KubeNodes(eks_adapter.api_client(cluster, adapters.sts))
+    return adapters.cluster, adapters.kube_nodes
 
 
 def _fast_join(bp):

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from tasks.adapters.ssh import SshNode
-from tasks.adapters.ssh_hostkeys import parse_console_output
+from tasks.parsing.console_output import parse_console_output
 
 ROOT = Path(__file__).resolve().parents[3]
 NVME = "/mnt/k8s-disks/0"

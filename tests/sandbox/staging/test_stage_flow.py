@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("prefect_harness")]
 
 
 def run_flow(blueprint, nodes, **kw):
-    from flows.stage_weights import stage_weights
+    from flows.weights import weights_flow
 
-    state = stage_weights(str(blueprint), [nodes.ssh(i) for i in kw.pop("ids", NODES)], return_state=True, **kw)
+    state = weights_flow(str(blueprint), nodes=[nodes.ssh(i) for i in kw.pop("ids", NODES)], return_state=True, **kw)
     return state, state.state_details.flow_run_id
 
 
@@ -75,7 +75,7 @@ def test_stages_the_model_on_four_nodes_identical_to_the_source(tmp_path, s3_san
     assert_no_secret(s3_sandbox.secret_key, *logs, *(str(a.data) for a in artifacts))
 
     again, _ = run_flow(blueprint, staging_nodes)  # verified files are skipped, not fetched again
-    assert [p.bytes_fetched for p in again.result()] == [0, 0, 0, 0]
+    assert [p.bytes_fetched for p in again.result().nodes] == [0, 0, 0, 0]
 
 
 def test_the_cli_stages_with_a_progress_bar_and_prints_the_throughput_table(

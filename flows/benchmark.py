@@ -27,10 +27,11 @@ from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 
-from blueprints.loader import load_blueprint
-from tasks import benchmark
-from tasks.errors import BenchmarkBelowGate
+from flows import pipeline
+from tasks import benchmark, deploy, promote
+from tasks.errors import BenchmarkBelowGate, StageFailed
 from tasks.planning.promotion_decision import decide, rolled_back_message
+from tasks.planning.records import GateResult
 
 PAUSE_POLL_S = 2
 
@@ -61,23 +62,35 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 
 
 @flow(name="benchmark-gate")
-def benchmark_gate_flow(blueprint_path: str, colour: Literal["blue", "green"], run_id: str,
-                        target: str | None = None, generation: str = "") -> dict:
-    bp = load_blueprint(blueprint_path)
-    measured = benchmark.benchmark_candidate(blueprint_path, colour, run_id, target, generation)
-    verdict = benchmark.gate(blueprint_path, colour, run_id, measured, generation)
-    answer = _ask_a_person(run_id, bp.promotion.approval_timeout_s, verdict["reasons"], verdict["report"]) \
-        if verdict["outcome"] == "INCONCLUSIVE" else (None, "")
-    decision = decide(verdict["outcome"], *answer)
+def benchmark_flow(blueprint_path: str, run_id: str | None = None, colour: Literal["blue", "green"] | None = None,
+                   target: str | None = None) -> GateResult:
+    """Args:
+        blueprint_path: the blueprint (benchmark scenarios, baseline, gate, promotion).
+        run_id: the run whose candidate to judge (default: derived from the blueprint).
+        colour: the candidate colour; default the one the run's deploy stage brought up.
+        target: measure this URL instead of the candidate's router.
+    """
+    run = pipeline.start(blueprint_path, run_id)
+    bp, deployed = run.blueprint, run.ledger.deployed()
+    colour = colour or (deployed.colour if deployed else None)
+    if colour is None:
+        raise StageFailed(f"run {run.run_id} has no deployed candidate: run `pdlift deploy` first, or name the colour")
+    # The deploy's generation keys the cached measurement and verdict: a replay after a
+    # suspension reuses them, the next deploy of the same colour measures afresh.
+    generation = deployed.generation if deployed and deployed.colour == colour else ""
+    measured = benchmark.benchmark(run, colour, target, generation)
+    verdict = benchmark.gate(run, colour, measured, generation)
+    answer = _ask_a_person(run.run_id, bp.promotion.approval_timeout_s, list(verdict.reasons), verdict.report) \
+        if verdict.outcome == "INCONCLUSIVE" else (None, "")
+    decision = decide(verdict.outcome, *answer)
     get_run_logger().info(f"{bp.name} {colour}: {decision.text}")
     if decision.promote:
-        promoted = benchmark.promote_candidate(blueprint_path, colour, run_id, verdict["results_path"])
-        retired = benchmark.retire_previous_colour(blueprint_path, promoted)
-        return {"outcome": "promoted", "decision": decision.text, "gate": verdict, "promotion": promoted,
-                "retired": retired}
+        promoted = promote.promote(run, colour, verdict.results_path)
+        retired = promote.retire_previous_colour(run, promoted)
+        return pipeline.done(run, GateResult("promoted", decision.text, verdict, promoted, retired))
     # A run still Paused on the server (no answer in time) gets no task runs started: the
     # rollback then runs in this process as a plain function.
-    rollback = benchmark.rollback_candidate.fn if decision.timed_out else benchmark.rollback_candidate
-    rolled_back = rollback(blueprint_path, colour, decision.text)
-    raise BenchmarkBelowGate(rolled_back_message(bp.name, colour, decision, rolled_back["deleted"],
-                                                 verdict["reasons"], verdict["report"]))
+    rollback = deploy.rollback.fn if decision.timed_out else deploy.rollback
+    rolled_back = rollback(run, colour, decision.text)
+    raise BenchmarkBelowGate(rolled_back_message(bp.name, colour, decision, list(rolled_back.deleted),
+                                                 list(verdict.reasons), verdict.report))

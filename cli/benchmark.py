@@ -24,8 +24,12 @@ EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 def _target(bp, args) -> str:
     from tasks.benchmark import ready_url
     from tasks.planning.manifests.router import router_name
+    from tasks.wiring import Wiring
 
-    return args.target or ready_url(bp, router_name(args.colour) if args.colour else bp.name)
+    if args.target:
+        return args.target
+    with Wiring(bp) as wiring:
+        return ready_url(wiring, router_name(args.colour) if args.colour else bp.name)
 
 
 def _progress(done: int, total: int, spec) -> None:
@@ -88,13 +92,12 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 def _cmd_rollback(args) -> int:
     from blueprints.loader import load_blueprint
-    from tasks.adapters.promotion import ServiceRouting
-    from tasks.deploy import kube_api_client
-    from tasks.stages import promote
+    from tasks.stages import deploy
+    from tasks.wiring import Wiring
 
     bp = load_blueprint(args.blueprint)
-    with kube_api_client(bp) as api:
-        done = promote.rollback(bp, args.colour, ServiceRouting(api))
+    with Wiring(bp) as wiring:
+        done = deploy.rollback(bp, wiring.kube, args.colour, wait_s=0)
     print(f"{bp.name}: rolled back {done.colour}: deleted " + (", ".join(done.deleted) or "nothing (already gone)"))
     return 0
 

@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tasks.adapters.engine_http import Sample
+from tasks.parsing.prometheus import Sample
 
 KV_BYTES_SUFFIX = "kv_transfer_bytes_total"
 RECOMPUTED_SUFFIX = "kv_recomputed_prefills_total"

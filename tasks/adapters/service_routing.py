@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from tasks.adapters.kube_apply import Applied, KubeApply
-from tasks.errors import RemoteUnavailable, StageFailed
+from tasks.adapters.kube_errors import translate
+from tasks.errors import ResourceGone
 
 TIMEOUT_S = 30
 
@@ -32,14 +33,6 @@ class Endpoint:
     @property
     def url(self) -> str:
         return f"http://{self.address}:{self.port}"
-
-
-def _translate(e: Exception, what: str) -> Exception:
-    if isinstance(e, ApiException):
-        if e.status and e.status >= 500:
-            return RemoteUnavailable(f"{what}: Kubernetes API answered {e.status} {e.reason}")
-        return StageFailed(f"{what}: {e.status} {e.reason}")
-    return RemoteUnavailable(f"{what}: cannot reach the Kubernetes API ({type(e).__name__})")
 
 
 class ServiceRouting:
@@ -69,12 +62,11 @@ class ServiceRouting:
         what = f"read the endpoints of Service {namespace}/{service}"
         try:
             ep = self._core.read_namespaced_endpoints(service, namespace, _request_timeout=TIMEOUT_S)
-        except ApiException as e:
-            if e.status == 404:
+        except (ApiException, HTTPError, OSError) as e:
+            error = translate(e, what)
+            if isinstance(error, ResourceGone):
                 return []
-            raise _translate(e, what) from e
-        except (HTTPError, OSError) as e:
-            raise _translate(e, what) from e
+            raise error from e
         out = []
         for subset in ep.subsets or []:
             ports = subset.ports or []

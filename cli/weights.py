@@ -1,10 +1,14 @@
-"""`pdlift stage-weights BLUEPRINT --nodes NODES.json` and `pdlift weights manifest s3://...`."""
+"""`pdlift stage-weights BLUEPRINT [--run-id R | --nodes NODES.json]` and `pdlift weights manifest s3://...`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+
+from cli.common import add_run_id
+from tasks.errors import ConfigError
 
 
 class _Bar:
@@ -13,10 +17,12 @@ class _Bar:
     def __init__(self, stream=None):
         stream = stream or sys.stderr  # looked up now, not at import: stderr may have been replaced
         self.stream, self.tty, self._last = stream, stream.isatty(), 0.0
+        self.last: list = []  # the newest snapshot: how every node ended
 
     def __call__(self, snapshot) -> None:
         from tasks.planning.staging_progress import render_bar
 
+        self.last = snapshot
         now = time.monotonic()
         if self.tty:
             self.stream.write("\r" + render_bar(snapshot))
@@ -32,19 +38,35 @@ class _Bar:
             self.stream.write("\n")
 
 
+def load_nodes(path: str) -> list:
+    """Nodes from a JSON file: a list of {name, address, host_keys: [...], port?}."""
+    from tasks.adapters.ssh import SshNode
+
+    try:
+        with open(path) as f:
+            listed = json.load(f)
+        return [SshNode(n["name"], n["address"], tuple(n.get("host_keys", ())), n.get("port")) for n in listed]
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: expected a JSON list of {{\"name\", \"address\", \"host_keys\": [...]}} "
+                          f"({type(e).__name__}: {e})") from e
+
+
 def _cmd_stage_weights(args: argparse.Namespace) -> int:
-    from flows.stage_weights import load_nodes, stage_weights
+    from flows.weights import weights_flow
     from tasks import weights
     from tasks.planning.staging_progress import render_bar, throughput_rows
 
+    nodes = load_nodes(args.nodes) if args.nodes else None
     bar = _Bar()
     try:
         with weights.progress_listener(bar):
-            result = stage_weights(args.blueprint, load_nodes(args.nodes), write_manifest=args.write_manifest)
+            weights_flow(args.blueprint, args.run_id, nodes, write_manifest=args.write_manifest)
     finally:
         bar.close()
-    print(render_bar(result))
-    for row in throughput_rows(result):
+    print(render_bar(bar.last))
+    for row in throughput_rows(bar.last):
         print(f"  {row['node']:<24} {row['files']:>9} files {row['fetched_gb']:>8.2f} GB fetched "
               f"{row['seconds']:>7.1f} s {row['mb_per_s']:>8.1f} MB/s")
     return 0
@@ -66,8 +88,10 @@ def _cmd_weights_manifest(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     p = sub.add_parser("stage-weights", help="stage the model weights from S3 to every node's NVMe")
     p.add_argument("blueprint")
-    p.add_argument("--nodes", required=True,
-                   help='JSON list of {"name", "address", "host_keys": [...]} (until launch provides them)')
+    add_run_id(p, "stage onto this run's fleet (default: derived from the blueprint); the stage is recorded")
+    p.add_argument("--nodes", default=None,
+                   help='instead of the run\'s fleet: a JSON list of {"name", "address", "host_keys": [...]} '
+                        "(nothing is recorded)")
     p.add_argument("--write-manifest", action="store_true",
                    help="hash objects without a checksum first (writes pdlift-manifest.json)")
     handlers["stage-weights"] = _cmd_stage_weights

@@ -1,56 +1,21 @@
-"""The fabric report (markdown artifact) and the raw results kept per run for trend baselines.
+"""The fabric report (markdown artifact) and the results document kept per run. Pure.
 
-``<PDLIFT_STATE_DIR>/runs/<deployment>/<run_id>/fabric/`` holds ``report.md``, ``results.json``
-(thresholds, verdicts with their checks, figures per node, pair and collective, versions, every
-command with its exit status and timing) and ``raw/NNNN-<test>.txt`` (each command's output).
+``results_json`` is what ``<state>/runs/<deployment>/<run_id>/fabric/results.json`` holds:
+thresholds, verdicts with their checks, figures per node, pair and collective, versions, and
+every command with its exit status and timing (the stage's ``ResultsDir`` writes it).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import threading
-from pathlib import Path
 
 from blueprints.schema import FabricSpec
 from tasks.parsing.nccl_model import busbw_at
-from tasks.planning.fabric import NcclRun, Verdict, pair_key, pair_name, to_json
-from tasks.planning.fabric.records import human_size
-from tasks.stages.fabric import Outcome, PassResult
-from tasks.stages.fabric_exec import Ran
+from tasks.planning.fabric.outcome import Outcome, PassResult
+from tasks.planning.fabric.pairing import pair_key, pair_name
+from tasks.planning.fabric.records import NcclRun, Verdict, human_size, to_json
 
 MARK = {Verdict.PASS: "PASS", Verdict.MONITOR: "MONITOR", Verdict.ISOLATE: "**ISOLATE**"}
-_SAFE = re.compile(r"[^A-Za-z0-9_.<>-]")
-
-
-class ResultsDir:
-    """Where one run's fabric results go; ``None`` keeps them in memory only."""
-
-    def __init__(self, root: Path | None):
-        self.root = root
-        self.tests: list[dict] = []
-        self._lock = threading.Lock()
-        if root is not None:
-            (root / "raw").mkdir(parents=True, exist_ok=True)
-
-    def keep(self, test_id: str, ran: Ran) -> None:
-        with self._lock:
-            n = len(self.tests) + 1
-            raw = f"raw/{n:04d}-{_SAFE.sub('_', test_id)[:100]}.txt"
-            self.tests.append({"test": test_id, "node": ran.node, "command": ran.command,
-                               "exit_code": ran.exit_code, "timed_out": ran.timed_out, "error": ran.error,
-                               "seconds": round(ran.seconds, 3), "raw": raw if self.root else None})
-        if self.root is not None:
-            (self.root / raw).write_text(f"$ {ran.command}\n# exit {ran.exit_code}"
-                                         f"{' (timed out)' if ran.timed_out else ''}\n"
-                                         f"--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}\n")
-
-    def write(self, results: dict, markdown: str) -> None:
-        if self.root is None:
-            return
-        (self.root / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
-        (self.root / "report.md").write_text(markdown)
 
 
 def _bw(run: NcclRun | None, spec: FabricSpec) -> float | None:
@@ -173,25 +138,38 @@ def render(outcome: Outcome, spec: FabricSpec, deployment: str, run_id: str) -> 
              f"replacement(s), {outcome.seconds:.1f} s.", ""]
     if outcome.failure:
         lines += [f"**Failure:** {outcome.failure}", ""]
-    lines += ["Thresholds (blueprint `fabric`): "
-              f"{spec.gpus} GPUs and {spec.efa_devices} EFA devices per node; busbw at {size}: single node "
-              f"all_reduce ≥ {spec.single_node_allreduce_busbw_gbs:g}, pair all_reduce ≥ "
-              f"{spec.pair_allreduce_busbw_gbs:g}, alltoall ≥ {spec.pair_alltoall_busbw_gbs:g}, sendrecv ≥ "
-              f"{spec.pair_sendrecv_busbw_gbs:g} GB/s; fi_pingpong latency ≤ {spec.max_pingpong_latency_us:g} us; "
-              f"outliers beyond a robust score of {spec.outlier_mad_threshold:g} MONITOR; timeout "
-              f"{spec.test_timeout_s} s per test; at most {spec.replace_attempts} replacement(s) per node. "
-              "✗ marks a figure below its floor.", "",
+    lines += [_thresholds(spec), "",
               "## Nodes", "", *_node_rows(outcome, spec, last), "",
               f"## Pair matrix: all_reduce busbw at {size} (GB/s)", "", *_matrix(outcome, spec), "",
               "## Pairs", "", *_pair_rows(last, outcome, spec), ""]
-    if outcome.cache.full_set:
-        lines += [f"## Whole set ({len(outcome.nodes)} nodes)", "", "| collective | busbw (GB/s) | EFA evidence |",
-                  "|---|---|---|"]
-        for run in outcome.cache.full_set:
-            ev = run.result.evidence.efa if run.result is not None else False
-            lines.append(f"| {run.name} | {_fmt(_bw(run, spec))} | {'yes' if ev else '**no**'} |")
-        lines.append("")
-    lines += ["## Passes", ""]
+    lines += _whole_set(outcome, spec) + _passes(outcome) + _flagged(last) + _versions(outcome)
+    return "\n".join(lines) + "\n"
+
+
+def _thresholds(spec: FabricSpec) -> str:
+    return ("Thresholds (blueprint `fabric`): "
+            f"{spec.gpus} GPUs and {spec.efa_devices} EFA devices per node; busbw at "
+            f"{human_size(spec.judge_size_bytes)}: single node all_reduce ≥ {spec.single_node_allreduce_busbw_gbs:g}, "
+            f"pair all_reduce ≥ {spec.pair_allreduce_busbw_gbs:g}, alltoall ≥ {spec.pair_alltoall_busbw_gbs:g}, "
+            f"sendrecv ≥ {spec.pair_sendrecv_busbw_gbs:g} GB/s; fi_pingpong latency ≤ "
+            f"{spec.max_pingpong_latency_us:g} us; outliers beyond a robust score of {spec.outlier_mad_threshold:g} "
+            f"MONITOR; timeout {spec.test_timeout_s} s per test; at most {spec.replace_attempts} replacement(s) per "
+            "node. ✗ marks a figure below its floor.")
+
+
+def _whole_set(outcome: Outcome, spec: FabricSpec) -> list[str]:
+    if not outcome.cache.full_set:
+        return []
+    lines = [f"## Whole set ({len(outcome.nodes)} nodes)", "", "| collective | busbw (GB/s) | EFA evidence |",
+             "|---|---|---|"]
+    for run in outcome.cache.full_set:
+        ev = run.result.evidence.efa if run.result is not None else False
+        lines.append(f"| {run.name} | {_fmt(_bw(run, spec))} | {'yes' if ev else '**no**'} |")
+    return lines + [""]
+
+
+def _passes(outcome: Outcome) -> list[str]:
+    lines = ["## Passes", ""]
     for p in outcome.passes:
         steps = ", ".join(f"{layer.name} {layer.seconds:.1f} s" for layer in p.layers)
         lines.append(f"- pass {p.number} ({p.seconds:.1f} s): {steps}")
@@ -200,15 +178,21 @@ def render(outcome: Outcome, spec: FabricSpec, deployment: str, run_id: str) -> 
                 lines.append(f"  - {layer.name} isolated {node}: {evidence[:400]}")
             for node, found in layer.leftovers.items():
                 lines.append(f"  - leftover processes on {node}: {'; '.join(found)[:300]}")
-    for old, new, _ in outcome.replaced:
-        lines.append(f"- replaced {old} with {new}")
+    return lines + [f"- replaced {old} with {new}" for old, new, _ in outcome.replaced]
+
+
+def _flagged(last: PassResult) -> list[str]:
     flagged = [r for layer in last.layers for r in layer.records if r.verdict is not Verdict.PASS]
-    if flagged:
-        lines += ["", "## Checks not passing (last pass)", ""]
-        lines += [f"- {MARK[r.verdict]} {r.subject}: {'; '.join(r.reasons[:3])[:400]}" for r in flagged[:60]]
+    if not flagged:
+        return []
+    return ["", "## Checks not passing (last pass)", ""] + [
+        f"- {MARK[r.verdict]} {r.subject}: {'; '.join(r.reasons[:3])[:400]}" for r in flagged[:60]]
+
+
+def _versions(outcome: Outcome) -> list[str]:
     keys = sorted({k for v in outcome.versions.values() for k in v})
-    if keys:
-        lines += ["", "## Versions", "", "| node | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-        lines += [f"| {node} | " + " | ".join(v.get(k, "-") for k in keys) + " |"
-                  for node, v in outcome.versions.items()]
-    return "\n".join(lines) + "\n"
+    if not keys:
+        return []
+    lines = ["", "## Versions", "", "| node | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    return lines + [f"| {node} | " + " | ".join(v.get(k, "-") for k in keys) + " |"
+                    for node, v in outcome.versions.items()]

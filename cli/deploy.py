@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from cli.common import add_run_id, print_record
+from tasks.runs import run_id_of
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
@@ -19,8 +21,8 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
         return 0
     from flows.deploy import deploy_flow
 
-    result = deploy_flow(args.blueprint, args.colour, args.run_id, args.rollback_on_failure)
-    print(json.dumps(result, indent=2))
+    run_id = run_id_of(bp, args.run_id)
+    print_record(run_id, deploy_flow(args.blueprint, run_id, args.colour, args.rollback_on_failure))
     return 0
 
 
@@ -31,7 +33,7 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
                    help="write the checked manifests to DIR and stop (no cluster is contacted)")
     p.add_argument("--colour", choices=("blue", "green"), default=None,
                    help="the candidate colour (default: the one the production Service does not select)")
-    p.add_argument("--run-id", default=None, help="the run whose ledger records the result")
+    add_run_id(p, "the run whose ledger records the result")
     p.add_argument("--rollback-on-failure", action="store_true",
                    help="delete a candidate that failed (default: keep it for inspection)")
     handlers["deploy"] = _cmd_deploy

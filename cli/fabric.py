@@ -10,15 +10,17 @@ import argparse
 import json
 import sys
 
+from cli.common import add_run_id, print_record, resolve_run_id
 from tasks.errors import ConfigError
 
 KINDS = ("nccl", "pingpong", "fi_info", "nvidia_smi")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from flows.validate_fabric import validate_fabric_flow
+    from flows.fabric import fabric_flow
 
-    print(json.dumps(validate_fabric_flow(args.blueprint, args.run_id), indent=2))
+    run_id = resolve_run_id(args.blueprint, args.run_id)
+    print_record(run_id, fabric_flow(args.blueprint, run_id))
     return 0
 
 
@@ -75,7 +77,7 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     v = fsub.add_parser("validate", help="inventory, NIC loopbacks, single node, pairwise, whole set; "
                                          "replace ISOLATE nodes")
     v.add_argument("blueprint")
-    v.add_argument("--run-id", default=None, help="the run whose launched fleet to validate")
+    add_run_id(v, "the run whose launched fleet to validate")
     v.set_defaults(fabric_handler=_cmd_validate)
     r = fsub.add_parser("parse", help="parse saved tool output (nccl-tests, fi_pingpong, fi_info, nvidia-smi)")
     r.add_argument("kind", choices=KINDS)

@@ -1,4 +1,8 @@
-"""Driving the on-node stager on many nodes at once through the SSH adapter.
+"""Stage 4: stage the model weights from S3 to every node's NVMe with the on-node stager, over SSH.
+
+manifest (S3, orchestrator side) -> ship the stager and probe each node -> plan (refuse before
+any byte moves if a node lacks space) -> run the stager on all nodes at once, reporting
+progress per node and in total. The node side is ``scripts/node/stage_weights.py``.
 
 Credentials: on AWS a node signs with its instance profile, so only the region is sent. When
 the orchestrator talks to a custom S3 endpoint (the sandbox, an S3-compatible store) the
@@ -13,22 +17,22 @@ import functools
 import hashlib
 import logging
 import os
-import time
+from collections.abc import Callable
 from pathlib import Path
 
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
-
 from blueprints.schema import Blueprint, StagingSpec
-from tasks.adapters.ssh import (NodeShell, Outcome, RemoteCommandFailed, RemoteCommandTimeout, SshNode,
-                                run_on_all)
-from tasks.errors import (HostKeyMismatch, PdliftError, RemoteUnavailable, StageFailed,
-                          WeightVerificationFailed)
-from tasks.planning.identity import artifact_key
+from tasks.adapters.ssh import Outcome, SshNode, run_on_all
+from tasks.errors import (HostKeyMismatch, PdliftError, RemoteCommandFailed, RemoteCommandTimeout, RemoteUnavailable,
+                          StageFailed, WeightVerificationFailed)
+from tasks.planning.records import NodeWeights, StagedWeights
 from tasks.planning.staging import Manifest, NodeProbe, stage_timeout_s
-from tasks.planning.staging_progress import (NodeProgress, ProgressBoard, failure_message, parse_event,
-                                             throughput_rows, total)
+from tasks.planning.staging_progress import NodeProgress, ProgressBoard, failure_message, parse_event
+from tasks.stages.ports import Shell
 
-NODE_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "node"
+# (snapshot, final): every tick of the stager's progress; ``final`` once, when every node ended.
+OnProgress = Callable[[list[NodeProgress], bool], None]
+
+NODE_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "node"
 STAGER_FILES = ("stage_weights.py", "stager_s3.py", "stager_files.py", "stager_job.py")
 REMOTE_PYTHON = "python3"
 SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -64,14 +68,14 @@ def stager_argv(directory: str, mode: str, staging: StagingSpec, progress_interv
             "--free-margin", str(staging.free_space_margin), "--progress-interval", str(progress_interval_s)]
 
 
-def ship(shell: NodeShell, node: SshNode) -> str:
+def ship(shell: Shell, node: SshNode) -> str:
     directory = remote_dir()
     for name in STAGER_FILES:
         shell.upload(node, str(NODE_SCRIPTS / name), f"{directory}/{name}", mode=0o755)
     return directory
 
 
-def probe(shell: NodeShell, nodes: list[SshNode], manifest: Manifest, staging: StagingSpec) -> list[NodeProbe]:
+def probe(shell: Shell, nodes: list[SshNode], manifest: Manifest, staging: StagingSpec) -> list[NodeProbe]:
     """Ship the stager and probe every node (free space, bytes present); fails naming each node."""
     payload = manifest.to_json().encode()
 
@@ -91,38 +95,33 @@ def probe(shell: NodeShell, nodes: list[SshNode], manifest: Manifest, staging: S
     return [o.value for o in outcomes]
 
 
-def stage(shell: NodeShell, nodes: list[SshNode], manifest: Manifest, blueprint: Blueprint,
-          logger: logging.Logger | logging.LoggerAdapter, listeners: list, timeout_s: float | None = None,
-          ) -> list[NodeProgress]:
+def stage(shell: Shell, nodes: list[SshNode], manifest: Manifest, blueprint: Blueprint,
+          logger: logging.Logger | logging.LoggerAdapter, on_progress: OnProgress = lambda snapshot, final: None,
+          timeout_s: float | None = None) -> StagedWeights:
     board = ProgressBoard([n.name for n in nodes], manifest.total_bytes, len(manifest.entries))
-    artifacts = ProgressArtifacts(blueprint.name, board.snapshot())
     argv = stager_argv(remote_dir(), "stage", blueprint.staging)
     env = stager_env(dict(os.environ), blueprint.aws.region)
     secrets = [env[k] for k in SECRET_ENV if k in env]
     payload, timeout = manifest.to_json().encode(), timeout_s or stage_timeout_s(manifest.total_bytes)
+    on_progress(board.snapshot(), False)
 
     def one(node: SshNode):
         return shell.run(node, argv, env=env, stdin=payload, timeout_s=timeout,
                          on_line=_Relay(board, logger, node), secrets=secrets)
 
-    def tick(force: bool = False) -> None:
-        snapshot = board.snapshot()
-        artifacts.update(snapshot, force)
-        for listener in listeners:
-            listener(snapshot)
-
-    outcomes = run_on_all(nodes, one, max_parallel=shell.settings.max_parallel, on_tick=tick)
+    outcomes = run_on_all(nodes, one, max_parallel=shell.settings.max_parallel,
+                          on_tick=lambda: on_progress(board.snapshot(), False))
     for o in outcomes:
         if o.error is not None:
             board.fail(o.node.name, *_describe(o.error))
-    tick(force=True)
-    artifacts.finish(board.snapshot())
+    on_progress(board.snapshot(), True)
     failed = [o for o in outcomes if o.error]
     if failed:
         raise _error_class(failed)(failure_message(board.snapshot())) from failed[0].error
     for p in board.snapshot():
         logger.info("%s: %d files, %.2f GB fetched in %.1f s", p.node, p.files_total, p.bytes_fetched / 1e9, p.seconds)
-    return board.snapshot()
+    return StagedWeights(tuple(NodeWeights(p.node, p.bytes_total, p.bytes_fetched, round(p.seconds, 1))
+                               for p in board.snapshot()))
 
 
 class _Relay:
@@ -168,29 +167,3 @@ def _error_class(failed: list[Outcome]) -> type[PdliftError]:
     if all(isinstance(e, RemoteUnavailable) for e in errors):
         return RemoteUnavailable
     return StageFailed
-
-
-class ProgressArtifacts:
-    """A progress artifact per node and one in total, updated at most every ``min_interval_s``."""
-
-    def __init__(self, deployment: str, snapshot: list[NodeProgress], min_interval_s: float = 2.0):
-        self.deployment, self.min_interval_s = deployment, min_interval_s
-        self._ids = {p.node: create_progress_artifact(0.0, key=artifact_key(deployment, "weights", p.node),
-                                                      description=f"weights staged on {p.node}")
-                     for p in snapshot}
-        self._ids["total"] = create_progress_artifact(0.0, key=artifact_key(deployment, "weights-total"),
-                                                      description="weights staged, all nodes")
-        self._sent: dict[str, tuple[float, float]] = {}
-
-    def update(self, snapshot: list[NodeProgress], force: bool = False) -> None:
-        now = time.monotonic()
-        for p in snapshot + [total(snapshot)]:
-            pct = round(p.percent, 1)
-            last_pct, last_at = self._sent.get(p.node, (-1.0, 0.0))
-            if pct != last_pct and (force or now - last_at >= self.min_interval_s):
-                update_progress_artifact(self._ids[p.node], pct)
-                self._sent[p.node] = (pct, now)
-
-    def finish(self, snapshot: list[NodeProgress]) -> None:
-        create_table_artifact(throughput_rows(snapshot), key=artifact_key(self.deployment, "weights-throughput"),
-                              description="weight staging throughput per node")

@@ -1,0 +1,50 @@
+"""`pdlift validate BLUEPRINT`, `pdlift plan BLUEPRINT [--json]` and `pdlift plan-flow BLUEPRINT`: touch nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from blueprints.loader import load_blueprint
+
+    bp = load_blueprint(args.blueprint)
+    print(f"{args.blueprint}: ok ({bp.name}: {bp.node_count} x {bp.aws.instance_type}, "
+          f"{bp.engine.name} + {bp.kv_transfer.connector} over {bp.kv_transfer.protocol})")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from blueprints.loader import load_blueprint
+    from tasks.planning.plan import make_plan
+    from tasks.planning.plan_render import render
+
+    plan = make_plan(load_blueprint(args.blueprint))
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(render(plan), end="")
+    return 0
+
+
+def _cmd_plan_flow(args: argparse.Namespace) -> int:
+    from flows.plan import plan_flow
+
+    plan_flow(args.blueprint)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
+    p = sub.add_parser("validate", help="check a blueprint and report every problem with its line")
+    p.add_argument("blueprint")
+    handlers["validate"] = _cmd_validate
+
+    p = sub.add_parser("plan", help="memory fit, KV capacity, cost and warnings; touches nothing")
+    p.add_argument("blueprint")
+    p.add_argument("--json", action="store_true", help="stable machine-readable output")
+    handlers["plan"] = _cmd_plan
+
+    p = sub.add_parser("plan-flow", help="run the plan as a Prefect flow run (markdown artifact)")
+    p.add_argument("blueprint")
+    handlers["plan-flow"] = _cmd_plan_flow

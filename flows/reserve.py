@@ -1,0 +1,20 @@
+"""Stage 1 flow: preflight, then reserve capacity (adopting what this run already made)."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from flows import pipeline
+from tasks import pipeline as pipeline_tasks
+from tasks import reserve
+from tasks.planning.records import Reserved
+
+
+@flow(name="reserve-capacity")
+def reserve_flow(blueprint_path: str, run_id: str | None = None) -> Reserved:
+    run = pipeline.start(blueprint_path, run_id)
+    for note in reserve.preflight(run):
+        get_run_logger().info("preflight: %s", note)
+    reserved = pipeline.done(run, reserve.reserve(run))
+    pipeline_tasks.publish_ledger(run)
+    return reserved

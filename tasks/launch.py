@@ -1,0 +1,22 @@
+"""Thin Prefect task for stage 2: launch the gang, join EKS, label by topology (``tasks.stages.launch``)."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.errors import StageFailed
+from tasks.planning.records import Fleet
+from tasks.runs import Run
+from tasks.stages import launch as stage
+from tasks.wiring import Wiring
+
+
+@task(cache_policy=NO_CACHE)
+def launch(run: Run) -> Fleet:
+    reserved = run.ledger.reserved()
+    if reserved is None:
+        raise StageFailed(f"run {run.run_id} has no reservation yet: run `pdlift reserve` first")
+    with Wiring(run.blueprint) as wiring:
+        return stage.launch(run.blueprint, run.identity, reserved, wiring.capacity, wiring.instances, wiring.cluster,
+                            wiring.kube_nodes, run.record, ended=run.ended_instance)

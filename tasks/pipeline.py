@@ -1,0 +1,144 @@
+"""Thin Prefect tasks for the pipeline runner (``flows/pipeline.py``): the run, its ledger, resume, reporting."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from blueprints.loader import load_blueprint
+from tasks.errors import PdliftError
+from tasks.planning import ledger as ledger_plan
+from tasks.planning import resume
+from tasks.planning.identity import artifact_key
+from tasks.planning.ledger import Ledger
+from tasks.planning.manifests.common import colour_namespace, stable_namespace
+from tasks.planning.manifests.router import router_name
+from tasks.planning.records import StageRecord
+from tasks.runs import Run, open_run
+from tasks.stages.deploy import live_colour
+from tasks.wiring import Wiring
+
+
+@task(cache_policy=NO_CACHE)
+def start_run(blueprint_path: str, run_id: str | None) -> Run:
+    """Read and validate the blueprint (a ConfigError fails the run with the located problem) and
+    the run's ledger."""
+    return open_run(load_blueprint(blueprint_path), blueprint_path, run_id)
+
+
+@task(cache_policy=NO_CACHE)
+def record_stage(run: Run, record: StageRecord) -> None:
+    run.finish_stage(record)
+
+
+@task(cache_policy=NO_CACHE)
+def publish_ledger(run: Run) -> str:
+    return _publish(run.ledger)
+
+
+def _publish(ledger: Ledger) -> str:
+    markdown = ledger_plan.render_markdown(ledger, dt.datetime.now(dt.timezone.utc))
+    create_markdown_artifact(markdown=markdown, key=artifact_key("cost-ledger", ledger.deployment),
+                             description=f"cost ledger of run {ledger.run_id}")
+    return markdown
+
+
+@task(cache_policy=NO_CACHE)
+def publish_ledgers(run: Run, run_ids: list[str]) -> list[str]:
+    """The final cost ledger of each run a teardown touched (with end times)."""
+    ledgers = (run.store.load(run.blueprint.name, rid) for rid in run_ids)
+    return [_publish(ledger) for ledger in ledgers if ledger is not None]
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+@task(cache_policy=NO_CACHE)
+def stages_to_skip(run: Run, wanted: list[str], rerun: list[str]) -> list[str]:
+    """The leading stages an earlier attempt of this run did whose results still hold
+    (``tasks.planning.resume``). Each fact is looked up at most once."""
+    run.reload()
+    with Wiring(run.blueprint) as wiring:
+        facts = _Facts(run, wiring)
+        return resume.leading_done(wanted, rerun, lambda stage: resume.still_done(stage, run.ledger,
+                                                                                    facts.for_stage(stage)))
+
+
+class _Facts:
+    """What exists now, looked up on first need: the reservation, the fleet, the deployed colour."""
+
+    def __init__(self, run: Run, wiring: Wiring) -> None:
+        self.run, self.wiring = run, wiring
+
+    @functools.cached_property
+    def reservation_state(self) -> str | None:
+        rid = resume.reservation_id(self.run.ledger)
+        found = self.wiring.capacity.reservation(rid) if rid else None
+        return found.state if found else None
+
+    @functools.cached_property
+    def running(self) -> frozenset[str]:
+        ids = resume.launched_ids(self.run.ledger)
+        return frozenset(i.instance_id for i in self.wiring.instances.describe(ids=ids)
+                         if i.state == "running") if ids else frozenset()
+
+    @functools.cached_property
+    def colour_state(self) -> tuple[bool, str | None]:
+        """(the deployed colour's namespace and router exist, the colour production routes to)."""
+        colour = resume.deployed_colour(self.run.ledger)
+        if not colour:
+            return False, None
+        bp, routing = self.run.blueprint, self.wiring.routing
+        present = (routing.presence("v1", "Namespace", colour_namespace(bp, colour)) == "present" and
+                   routing.presence("apps/v1", "Deployment", router_name(colour), stable_namespace(bp)) == "present")
+        return present, live_colour(bp, self.wiring.kube)
+
+    def for_stage(self, stage: str) -> resume.Observed:
+        if stage == "reserve":
+            return resume.Observed(reservation_state=self.reservation_state)
+        if stage in ("deploy", "benchmark"):
+            return resume.Observed(None, self.running, *self.colour_state)
+        return resume.Observed(running=self.running)
+
+
+# --- reporting --------------------------------------------------------------------------------
+
+
+@task(cache_policy=NO_CACHE)
+def report_failure(run: Run, stage: str, error: BaseException) -> str:
+    run.reload()
+    ledger, bp = run.ledger, run.blueprint
+    live, burn = ledger.live(), ledger_plan.hourly_burn(ledger)
+    lines = [f"## Run {run.run_id} failed at stage `{stage}`", "",
+             f"**Why:** {type(error).__name__}: {error}", "",
+             f"**Still existing ({len(live)}), billing ${burn:,.2f}/h:**", ""]
+    lines += [f"- {e.kind} `{e.resource_id}` {e.zone}".rstrip() for e in live] or ["- nothing"]
+    lines += ["", "**Next:** fix the cause and re-run with the same run id to continue, or release everything:",
+              "", f"    pdlift teardown {run.blueprint_path} --run-id {run.run_id}", ""]
+    markdown = "\n".join(lines)
+    create_markdown_artifact(markdown=markdown, key=artifact_key("failed", bp.name),
+                             description=f"run {run.run_id} failed")
+    log = get_run_logger()
+    log.error("stage %s failed: %s", stage, error, exc_info=not isinstance(error, PdliftError))
+    log.error("still billing $%.2f/h for %d resource(s); tear down with: pdlift teardown %s --run-id %s",
+              burn, len(live), run.blueprint_path, run.run_id)
+    return markdown
+
+
+@task(cache_policy=NO_CACHE)
+def finish(run: Run, summary: list[dict]) -> dict:
+    run.reload()
+    ledger, bp = run.ledger, run.blueprint
+    now = dt.datetime.now(dt.timezone.utc)
+    gate = ledger.gate()
+    verdict = f"{gate.decision} -> {gate.outcome}" if gate else "not run"
+    rows = "\n".join(f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary)
+    markdown = (f"## Migration {bp.name}, run {run.run_id}\n\n| stage | status | seconds |\n|---|---|---|\n{rows}\n\n"
+                f"Gate verdict: **{verdict}**\n\n" + ledger_plan.render_markdown(ledger, now))
+    create_markdown_artifact(markdown=markdown, key=artifact_key("migration", bp.name), description=f"run {run.run_id}")
+    return {"run_id": run.run_id, "stages": summary, "verdict": verdict,
+            "spend_by_stage": ledger_plan.spend_by_stage(ledger, now), "hourly_burn": ledger_plan.hourly_burn(ledger)}

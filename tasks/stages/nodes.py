@@ -1,0 +1,258 @@
+"""One node lifecycle: launch into the reservation, run, verify, join EKS, topology, labels, host keys,
+replacement and termination. The launch stage and the fabric stage's replacements both use it, so
+a replacement node is checked exactly as a launched one is.
+
+    launch          RunInstances (idempotent by its ClientToken) into the reservation's zone; each
+                    instance is recorded the moment it exists; all or nothing: every instance
+                    running and verified, or all of them terminated
+    verify          in the run's reservation and placement group, with the blueprint's EFA count
+    wait_joined     a Ready EKS node with the blueprint's GPUs and EFA devices allocatable
+    topology        DescribeInstanceTopology's network nodes (they appear a little after boot)
+    label           role and topology labels on the EKS node (only what differs is patched)
+    host_keys       pinned from the console output; nothing connects before they are known
+    replace         terminate, wait until the slot frees, launch one, the checks above, the role
+                    of the node it replaces; a half-made replacement is terminated
+    terminate       and its ledger entry stops billing
+
+A reservation slot frees some minutes after a terminate, so a launch that EC2 answers with
+ReservationCapacityExceeded is retried within ``SLOT_WAIT_S`` (docs/sources.md#slot-frees-late).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from blueprints.schema import Blueprint
+from tasks.adapters.ec2_instances import Instance
+from tasks.adapters.kube_nodes import NodeRecord
+from tasks.adapters.ssh import SshNode
+from tasks.errors import CapacityUnavailable, NotReadyYet, PdliftError, StageFailed
+from tasks.parsing.console_output import parse_console_output
+from tasks.planning import ec2_requests, identity, topology
+from tasks.planning.identity import RunIdentity
+from tasks.planning.ledger import LedgerEntry, now_str
+from tasks.planning.records import Node, Reserved
+from tasks.stages.clock import Clock, poll_until
+from tasks.stages.ports import Ended, Instances, KubeNodes, Record
+
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+SLOT_WAIT_S = 900.0
+GONE_WAIT_S = 600.0
+TOPOLOGY_WAIT_S = 300.0
+HOST_KEYS_WAIT_S = 600.0
+STOPPED = ("shutting-down", "terminated", "stopped")
+
+
+@dataclass
+class NodeLifecycle:
+    bp: Blueprint
+    run: RunIdentity
+    reserved: Reserved
+    instances: Instances
+    kube: KubeNodes
+    record: Record
+    ended: Ended = lambda instance_id: None
+    clock: Clock = Clock()
+
+    # --- launch and verify -------------------------------------------------------------------
+
+    def launch(self, request: dict, count: int, stage: str, note: str = "billed through the reservation",
+               wait_for_slot: bool = False) -> list[Instance]:
+        """``count`` instances from ``request``, running and verified, or none (all terminated).
+
+        With ``wait_for_slot``, ReservationCapacityExceeded is retried (same request, same
+        token) within ``SLOT_WAIT_S``: after a terminate the reservation needs minutes."""
+        if not wait_for_slot:
+            return self._launch_once(request, count, stage, note)
+        last: list[CapacityUnavailable] = []
+
+        def attempt() -> list[Instance] | None:
+            try:
+                return self._launch_once(request, count, stage, note)
+            except CapacityUnavailable as e:
+                if e.code != "ReservationCapacityExceeded":
+                    raise
+                last[:] = [e]
+                return None
+
+        try:
+            return poll_until(attempt, bound_s=SLOT_WAIT_S, clock=self.clock, interval_s=5.0, max_interval_s=60.0)
+        except NotReadyYet:
+            raise last[0] from None
+
+    def _launch_once(self, request: dict, count: int, stage: str, note: str) -> list[Instance]:
+        launched = self.instances.run(request, zone=self.reserved.zone)
+        for i in launched:
+            self.record_instance(i, stage, note)
+        ids = [i.instance_id for i in launched]
+        try:
+            if len(ids) != count:
+                raise StageFailed(f"asked for {count} instances, EC2 launched {len(ids)}")
+            running = self.wait_running(ids)
+            self.verify(running)
+            return running
+        except PdliftError:
+            self.terminate(ids)  # all or nothing: no partial gang left running
+            raise
+
+    def record_instance(self, i: Instance, stage: str, note: str = "billed through the reservation") -> None:
+        self.record(LedgerEntry("instance", i.instance_id, stage, i.zone, 0.0, 0.0, now_str(self.clock.now()),
+                                note=note))
+
+    def wait_running(self, ids: list[str]) -> list[Instance]:
+        bound = self.bp.aws.eks.join_timeout_s
+        seen: dict[str, Instance] = {}
+
+        def probe() -> list[Instance] | None:
+            seen.clear()
+            seen.update({i.instance_id: i for i in self.instances.describe(ids=ids)})
+            stopped = [i for i in ids if i in seen and seen[i].state in STOPPED]
+            if stopped:
+                raise StageFailed(f"instances {', '.join(stopped)} stopped before running")
+            return [seen[i] for i in ids] if all(i in seen and seen[i].state == "running" for i in ids) else None
+
+        try:
+            return poll_until(probe, bound_s=bound, clock=self.clock)
+        except NotReadyYet:
+            waiting = [i for i in ids if not (i in seen and seen[i].state == "running")]
+            raise StageFailed(f"instances {', '.join(waiting)} not running after {bound}s") from None
+
+    def verify(self, running: Iterable[Instance]) -> None:
+        """Refuse an instance outside the run's reservation or placement group, or with another NIC layout."""
+        expected_efa = self.bp.fabric.efa_devices
+        for i in running:
+            problems = []
+            if self.reserved.reservation_id and i.reservation_id and i.reservation_id != self.reserved.reservation_id:
+                problems.append(f"in reservation {i.reservation_id}, not {self.reserved.reservation_id}")
+            if self.reserved.placement_group and i.placement_group != self.reserved.placement_group:
+                problems.append(f"in placement group '{i.placement_group}', not {self.reserved.placement_group}")
+            if i.efa_interfaces != expected_efa:
+                problems.append(f"{i.efa_interfaces} EFA interfaces, expected {expected_efa}")
+            if problems:
+                raise StageFailed(f"instance {i.instance_id}: " + "; ".join(problems))
+
+    # --- EKS ---------------------------------------------------------------------------------
+
+    def joined(self, node: NodeRecord | None) -> bool:
+        if node is None or not node.ready:
+            return False
+        gpus_ok = int(node.allocatable.get(GPU, "0")) >= self.bp.fabric.gpus
+        return gpus_ok and int(node.allocatable.get(EFA, "0")) >= self.bp.fabric.efa_devices
+
+    def wait_joined(self, ids: list[str]) -> list[str]:
+        """The instances that are not joined when every one is, or the join timeout passes."""
+        missing: list[str] = list(ids)
+
+        def probe() -> bool:
+            by_id = {n.instance_id: n for n in self.kube.nodes()}
+            missing[:] = [i for i in ids if not self.joined(by_id.get(i))]
+            return not missing
+
+        try:
+            poll_until(probe, bound_s=self.bp.aws.eks.join_timeout_s, clock=self.clock)
+        except NotReadyYet:
+            pass
+        return missing
+
+    def join_failure(self, ids: list[str], after: str = "") -> StageFailed:
+        return StageFailed(f"instance(s) {', '.join(ids)} did not join EKS cluster {self.bp.aws.eks.cluster} as a "
+                           f"Ready node with {self.bp.fabric.gpus} GPUs and {self.bp.fabric.efa_devices} EFA within "
+                           f"{self.bp.aws.eks.join_timeout_s}s{after}; they are terminated")
+
+    def topology(self, ids: list[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+
+        def probe() -> dict[str, list[str]] | None:
+            found.clear()
+            found.update(self.instances.topology(ids))
+            return dict(found) if all(found.get(i) for i in ids) else None
+
+        return poll_until(probe, bound_s=TOPOLOGY_WAIT_S, clock=self.clock, what=lambda: (
+            "DescribeInstanceTopology still has no network nodes for " + ", ".join(i for i in ids if not found.get(i))))
+
+    def label(self, instances: list[Instance], role_of: Callable[[str], str],
+              topo: dict[str, list[str]]) -> list[Node]:
+        """Give each instance's EKS node its role and topology labels; the nodes as the run knows them."""
+        by_id = {n.instance_id: n for n in self.kube.nodes()}
+        out = []
+        for i in instances:
+            node, role = by_id[i.instance_id], role_of(i.instance_id)
+            patch = topology.label_patch(node.labels, topo[i.instance_id], role)
+            if patch:
+                self.kube.patch_labels(node.name, patch)
+            out.append(Node(i.instance_id, i.private_ip, role, (), node.name, i.zone, tuple(topo[i.instance_id])))
+        return out
+
+    # --- SSH host keys -----------------------------------------------------------------------
+
+    def host_keys(self, instance_id: str, bound_s: float = HOST_KEYS_WAIT_S) -> list[str]:
+        return host_keys(self.instances, instance_id, self.clock, bound_s)
+
+    def pin(self, nodes: Iterable[Node], bound_s: float = HOST_KEYS_WAIT_S) -> list[Node]:
+        return pin(self.instances, nodes, self.clock, bound_s)
+
+    # --- replace and terminate ---------------------------------------------------------------
+
+    def terminate(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        self.instances.terminate(ids)
+        for instance_id in ids:
+            self.ended(instance_id)
+
+    def wait_gone(self, ids: list[str], bound_s: float = GONE_WAIT_S) -> bool:
+        """True once every instance is terminated (its reservation slot is on its way back)."""
+        try:
+            return poll_until(lambda: all(i.state == "terminated" for i in self.instances.describe(ids=ids)),
+                              bound_s=bound_s, clock=self.clock)
+        except NotReadyYet:
+            return False
+
+    def replace(self, node: Node, template_id: str, stage: str = "fabric") -> Node:
+        """A verified, joined, labelled successor of ``node`` with its host keys pinned.
+
+        A reservation has exactly one slot per node: the old one is terminated first. Idempotent
+        per replaced node: the ClientToken comes from the run and the instance being replaced."""
+        old = node.instance_id
+        self.terminate([old])
+        if not self.wait_gone([old]):
+            raise StageFailed(f"instance {old} still not terminated after {GONE_WAIT_S:.0f} s; its reservation slot "
+                              "is not free, so no replacement can launch")
+        request = {**ec2_requests.run_instances_request(self.run, template_id, 1),
+                   "ClientToken": identity.client_token(self.run, stage, self.reserved.zone, 1, f"replace-{old}")}
+        (new,) = self.launch(request, 1, stage, note=f"replaces {old} (fabric ISOLATE)",
+                             wait_for_slot=True)
+        try:
+            if self.wait_joined([new.instance_id]):
+                raise StageFailed(f"replacement {new.instance_id} did not join EKS cluster {self.bp.aws.eks.cluster} "
+                                  f"as a Ready node with {self.bp.fabric.gpus} GPUs and {self.bp.fabric.efa_devices} "
+                                  f"EFA within {self.bp.aws.eks.join_timeout_s}s; it is terminated")
+            topo = self.topology([new.instance_id])
+            (fresh,) = self.label([new], lambda _: node.role, topo)
+            keys = self.host_keys(new.instance_id)
+        except Exception:
+            self.terminate([new.instance_id])  # never leave a half-made replacement billing
+            raise
+        return replace(fresh, host_keys=tuple(keys))
+
+
+def ssh_target(node: Node, port: int | None = None) -> SshNode:
+    """How the SSH adapter reaches ``node``: by its address, named by its instance id, keys pinned."""
+    return SshNode(node.instance_id, node.address, node.host_keys, port)
+
+
+def host_keys(instances: Instances, instance_id: str, clock: Clock = Clock(),
+              bound_s: float = HOST_KEYS_WAIT_S) -> list[str]:
+    """The instance's SSH host key lines from its console output, waiting (bounded) until
+    cloud-init has printed them: nothing connects to a node before its keys are known."""
+    return poll_until(lambda: parse_console_output(instances.console_output(instance_id)) or None,
+                      bound_s=bound_s, clock=clock, interval_s=5.0,
+                      what=f"console output of {instance_id} has no SSH host keys after {bound_s:.0f} s; "
+                           "refusing to connect without pinned keys")
+
+
+def pin(instances: Instances, nodes: Iterable[Node], clock: Clock = Clock(),
+        bound_s: float = HOST_KEYS_WAIT_S) -> list[Node]:
+    """The nodes with their host keys pinned from each instance's console output."""
+    return [replace(n, host_keys=tuple(host_keys(instances, n.instance_id, clock, bound_s))) for n in nodes]

@@ -1,0 +1,162 @@
+"""The one place pdlift builds its clients and adapters, from the blueprint and the environment.
+
+Tasks ask a ``Wiring`` for what their stage needs; stage procedures receive adapters as
+arguments (typed against ``tasks.stages.ports``) and never import this module. Everything is
+built on first use and per task run, never at import time, and closed with the wiring.
+
+Where each system is, from standard configuration only (which is also how the sandbox is selected):
+
+    AWS          boto3's own chain: AWS_ENDPOINT_URL_*, profiles, instance roles; the blueprint's region
+    Kubernetes   one rule: an explicit kubeconfig when one is configured (KUBECONFIG; its current
+                 context must name the blueprint's EKS cluster), else EKS DescribeCluster and a
+                 presigned STS token, refreshed before it expires
+    SSH          the blueprint's aws.ssh (PDLIFT_SSH_KEY_FILE overrides its key file)
+    S3           boto3's classic engine from the same environment (never the CRT client)
+    run state    the ledger store under PDLIFT_STATE_DIR (default ./.pdlift)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+
+from blueprints.schema import Blueprint
+from tasks.adapters import aws_client
+from tasks.adapters import eks as eks_adapter
+from tasks.adapters.ec2_capacity import Ec2Capacity
+from tasks.adapters.ec2_instances import Ec2Instances
+from tasks.adapters.engine_http import EngineHttp
+from tasks.adapters.kube_apply import KubeApply, api_client_from_kubeconfig
+from tasks.adapters.kube_nodes import KubeNodes
+from tasks.adapters.ledger_store import LedgerStore, state_dir
+from tasks.adapters.s3 import WeightStore, s3_client
+from tasks.adapters.service_routing import ServiceRouting
+from tasks.adapters.ssh import NodeShell, SshSettings
+from tasks.errors import PdliftError
+
+
+class Wiring:
+    """The adapters of one blueprint's systems. Use as a context manager, or call ``close``."""
+
+    def __init__(self, bp: Blueprint, environ: Mapping[str, str] | None = None):
+        self.bp = bp
+        self._env = os.environ if environ is None else environ
+        self._opened: list = []
+
+    def __enter__(self) -> "Wiring":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for thing in reversed(self._opened):
+            thing.close()
+        self._opened.clear()
+
+    def _keep(self, thing):
+        self._opened.append(thing)
+        return thing
+
+    # --- AWS ---------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _session(self):
+        return aws_client.session(self.bp.aws.region)
+
+    @functools.cached_property
+    def _ec2(self) -> tuple:
+        return aws_client.clients(self._session, "ec2")
+
+    @functools.cached_property
+    def capacity(self) -> Ec2Capacity:
+        describe, create = self._ec2
+        return Ec2Capacity(describe, create, self._session.client("ssm", config=aws_client.DESCRIBE_CONFIG),
+                           self._session.client("service-quotas", config=aws_client.DESCRIBE_CONFIG))
+
+    @functools.cached_property
+    def instances(self) -> Ec2Instances:
+        return Ec2Instances(*self._ec2)
+
+    @functools.cached_property
+    def cluster(self) -> eks_adapter.Cluster:
+        """The EKS cluster's endpoint, CA and service CIDR (what a node needs to join it)."""
+        eks = self._session.client("eks", config=aws_client.DESCRIBE_CONFIG)
+        return eks_adapter.describe_cluster(eks, self.bp.aws.eks.cluster)
+
+    @functools.cached_property
+    def weight_store(self) -> WeightStore:
+        return WeightStore(s3_client(self.bp.aws.region))
+
+    # --- Kubernetes --------------------------------------------------------------------------
+
+    @functools.cached_property
+    def kube_client(self):
+        """The ApiClient of the blueprint's cluster, by the one rule in this module's docstring."""
+        path = self._env.get("KUBECONFIG")
+        if path:
+            return self._keep(api_client_from_kubeconfig(path, self.bp.aws.eks.cluster))
+        sts = self._session.client("sts", config=aws_client.DESCRIBE_CONFIG)
+        return self._keep(eks_adapter.api_client(self.cluster, sts))
+
+    @functools.cached_property
+    def kube_nodes(self) -> KubeNodes:
+        return KubeNodes(self.kube_client)
+
+    @functools.cached_property
+    def kube(self) -> KubeApply:
+        return KubeApply(self.kube_client)
+
+    @functools.cached_property
+    def routing(self) -> ServiceRouting:
+        return ServiceRouting(self.kube_client, self.kube)
+
+    def kube_nodes_or_none(self) -> KubeNodes | None:
+        """The cluster's nodes adapter, or None when there is no cluster to reach (not created yet,
+        or unreachable): teardown still releases what EC2 holds."""
+        try:
+            nodes = self.kube_nodes
+            nodes.namespaces("pdlift.io/deployment=" + self.bp.name)
+            return nodes
+        except PdliftError:
+            return None
+
+    # --- the GPU nodes and the engines -------------------------------------------------------
+
+    @functools.cached_property
+    def shell(self) -> NodeShell:
+        return self._keep(NodeShell(SshSettings.from_spec(self.bp.aws.ssh)))
+
+    @functools.cached_property
+    def engines(self) -> EngineHttp:
+        return self._keep(EngineHttp())
+
+    # --- run state ---------------------------------------------------------------------------
+
+    @functools.cached_property
+    def ledgers(self) -> LedgerStore:
+        return LedgerStore()
+
+    @property
+    def state_root(self):
+        return state_dir()
+
+
+class RegionWiring:
+    """EC2 in one region for work that spans deployments (the leak sweep): no blueprint."""
+
+    def __init__(self, region: str):
+        self.region = region
+
+    @functools.cached_property
+    def _ec2(self) -> tuple:
+        return aws_client.clients(aws_client.session(self.region), "ec2")
+
+    @functools.cached_property
+    def capacity(self) -> Ec2Capacity:
+        return Ec2Capacity(*self._ec2)
+
+    @functools.cached_property
+    def instances(self) -> Ec2Instances:
+        return Ec2Instances(*self._ec2)
