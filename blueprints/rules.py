@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from blueprints.schema import Blueprint
-from tasks.planning.catalog import instance_type
+from blueprints.catalog import instance_type
 
 
 class RuleViolation(NamedTuple):

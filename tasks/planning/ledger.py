@@ -77,7 +77,8 @@ class Ledger:
 
     @property
     def stages_done(self) -> tuple[str, ...]:
-        return tuple(self.records)
+        """In pipeline order (then teardown), however the stored document ordered its keys."""
+        return tuple(stage for stage in rec.STAGE_TYPES if stage in self.records)
 
     def reserved(self) -> Reserved | None:
         return self.records.get("reserve")  # type: ignore[return-value]

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
 from tasks.planning import capacity_math as cm
-from tasks.planning.catalog import instance_type, price
+from blueprints.catalog import instance_type, price
 
 TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: ~100x slower transfer (reference/pd-serving-k8s.md §4)
 PD_WORTH_IT_MAX_CONCURRENCY = 8

@@ -10,7 +10,7 @@ from blueprints.schema import Blueprint
 from tasks.adapters.ec2_capacity import Reservation
 from tasks.errors import CapacityUnavailable, RequestRejected
 from tasks.planning import ec2_requests, identity
-from tasks.planning.catalog import price
+from blueprints.catalog import price
 from tasks.planning.identity import RunIdentity
 from tasks.planning.ledger import LedgerEntry, now_str
 from tasks.planning.records import Reserved

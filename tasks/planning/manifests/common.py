@@ -15,7 +15,7 @@ from typing import Literal
 from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
-from tasks.planning.catalog import instance_type
+from blueprints.catalog import instance_type
 from tasks.planning.topology import LAYER_LABEL, ROLE_LABEL
 
 Colour = Literal["blue", "green"]

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tasks.adapters.ledger_store import LedgerStore
 from tests.sandbox.stages.conftest import ROOT, tagged
 
 BLUEPRINT = str(ROOT / "blueprints" / "sandbox-2p2d.yaml")
@@ -27,11 +28,17 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
     fleet = launch_flow(BLUEPRINT, "flowrun1")
     assert sorted(n.role for n in fleet.nodes) == ["decode", "decode", "prefill", "prefill"]
     assert len(tagged(aws_env, "sandbox-2p2d")["instances"]) == 4
+    # Each stage flow run alone records its own result in the run's ledger, as under migrate.
+    ledger = LedgerStore().load("sandbox-2p2d", "flowrun1")
+    assert ledger.stages_done == ("reserve", "launch")
+    assert ledger.reserved() == again and ledger.fleet() == fleet
 
     released = teardown_flow(BLUEPRINT, None)
     assert any("capacity-reservation" in line for line in released)
     assert tagged(aws_env, "sandbox-2p2d") == {}
     assert teardown_flow(BLUEPRINT, None) == ["nothing to release"]
+    ledger = LedgerStore().load("sandbox-2p2d", "flowrun1")
+    assert ledger.records["teardown"].released == len(released) and not ledger.live()
 
     async def ledger_artifact():
         async with get_client() as client:

@@ -55,7 +55,9 @@ def assert_no_secret(secret: str, *texts: str) -> None:
         assert secret not in text
 
 
-def test_stages_the_model_on_four_nodes_identical_to_the_source(tmp_path, s3_sandbox, s3_env, staging_nodes):
+def test_stages_the_model_on_four_nodes_identical_to_the_source(tmp_path, s3_sandbox, s3_env, staging_nodes,
+                                                                 monkeypatch):
+    monkeypatch.setenv("PDLIFT_STATE_DIR", str(tmp_path / "state"))
     blueprint = write_blueprint(tmp_path / "bp.yaml", staging_nodes, s3_sandbox.model_uri, f"{NVME}/models")
     state, run_id = run_flow(blueprint, staging_nodes, write_manifest=True)
     assert state.is_completed(), state.message
@@ -76,6 +78,8 @@ def test_stages_the_model_on_four_nodes_identical_to_the_source(tmp_path, s3_san
 
     again, _ = run_flow(blueprint, staging_nodes)  # verified files are skipped, not fetched again
     assert [p.bytes_fetched for p in again.result().nodes] == [0, 0, 0, 0]
+    # Nodes named by hand are not the run's fleet: staging them records nothing for any run.
+    assert not (tmp_path / "state" / "runs").exists()
 
 
 def test_the_cli_stages_with_a_progress_bar_and_prints_the_throughput_table(
