@@ -29,13 +29,13 @@ class Price:
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
-    # reference/aws-provisioning.md §0: 8 x H200 141 GB, 192 vCPU, 16 EFA (3.2 Tbps), 8 x 3.84 TB NVMe
+    # docs/sources.md#p5en-shape: 8 x H200 141 GB, 192 vCPU, 16 EFA (3.2 Tbps), 8 x 3.84 TB NVMe
     "p5en.48xlarge": InstanceType("p5en.48xlarge", 8, "H200", 141.0, 192, 16, 3200.0, 30.72),
     "p5e.48xlarge": InstanceType("p5e.48xlarge", 8, "H200", 141.0, 192, 32, 3200.0, 30.72),
     "p5.48xlarge": InstanceType("p5.48xlarge", 8, "H100", 80.0, 192, 32, 3200.0, 30.72),
 }
 
-_P5EN_SOURCE = "dstack PR #4110 `dstack offer` output (reference/aws-provisioning.md §6)"
+_P5EN_SOURCE = "dstack PR #4110 `dstack offer` output (docs/sources.md#p5en-price)"
 PRICES: dict[tuple[str, str], Price] = {
     ("p5en.48xlarge", "us-east-1"): Price(63.296, _P5EN_SOURCE, "2026-08"),
     ("p5en.48xlarge", "us-east-2"): Price(63.296, _P5EN_SOURCE, "2026-08"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 from blueprints.loader import load_blueprint
 from tasks.planning import records
@@ -23,3 +24,20 @@ def resolve_run_id(blueprint_path: str, run_id: str | None) -> str:
 
 def print_record(run_id: str, record: object) -> None:
     print(json.dumps({"run_id": run_id, **records.to_dict(record)}, indent=2))
+
+
+def stage_command(sub: argparse._SubParsersAction, handlers: dict, name: str, help_text: str,
+                  stage_flow: Callable[[], Callable[[str, str], object]]) -> argparse.ArgumentParser:
+    """`pdlift NAME BLUEPRINT [--run-id R]`: run a stage's flow and print the record it made.
+    ``stage_flow`` returns the flow (imported when the command runs: `pdlift --help` stays fast)."""
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("blueprint")
+    add_run_id(p)
+
+    def run(args: argparse.Namespace) -> int:
+        run_id = resolve_run_id(args.blueprint, args.run_id)
+        print_record(run_id, stage_flow()(args.blueprint, run_id))
+        return 0
+
+    handlers[name] = run
+    return p

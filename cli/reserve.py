@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from cli.common import add_run_id, print_record, resolve_run_id
+from cli.common import stage_command
 
 
-def _cmd_reserve(args: argparse.Namespace) -> int:
+def _flow():
     from flows.reserve import reserve_flow
 
-    run_id = resolve_run_id(args.blueprint, args.run_id)
-    print_record(run_id, reserve_flow(args.blueprint, run_id))
-    return 0
+    return reserve_flow
 
 
 def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
-    p = sub.add_parser("reserve", help="stage 1: reserve capacity (adopts what this run made)")
-    p.add_argument("blueprint")
-    add_run_id(p)
-    handlers["reserve"] = _cmd_reserve
+    stage_command(sub, handlers, "reserve", "stage 1: reserve capacity (adopts what this run made)", _flow)

@@ -73,13 +73,14 @@ def _cmd_stage_weights(args: argparse.Namespace) -> int:
 
 
 def _cmd_weights_manifest(args: argparse.Namespace) -> int:
-    from tasks.adapters.s3 import WeightStore, s3_client, write_hash_file
+    from tasks.adapters.s3 import write_hash_file
     from tasks.planning.staging import HASH_FILE
+    from tasks.wiring import RegionWiring
 
     def hashed(key: str, size: int) -> None:
         print(f"hashed {key} ({size / 1e6:.1f} MB)", file=sys.stderr)
 
-    doc = write_hash_file(WeightStore(s3_client(args.region), max_workers=args.parallel), args.uri, hashed)
+    doc = write_hash_file(RegionWiring(args.region).weight_store(args.parallel), args.uri, hashed)
     uri = args.uri if args.uri.endswith("/") else args.uri + "/"
     print(f"{uri}{HASH_FILE}: {len(doc['objects'])} objects, SHA-256")
     return 0

@@ -33,7 +33,8 @@ def done(run: Run, record: StageRecord) -> StageRecord:
     return record
 
 
-def run_stages(run: Run, wanted: Sequence[str], rerun: Sequence[str], stage_flows: Mapping[str, StageFlow]) -> list[dict]:
+def run_stages(run: Run, wanted: Sequence[str], rerun: Sequence[str],
+               stage_flows: Mapping[str, StageFlow]) -> list[dict]:
     """Run ``wanted`` in pipeline order, skipping what is still done; on a failure, report what
     exists and what it costs (artifact and log), then raise. One summary row per stage."""
     log = get_run_logger()

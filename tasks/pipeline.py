@@ -27,7 +27,8 @@ from tasks.wiring import Wiring
 def start_run(blueprint_path: str, run_id: str | None) -> Run:
     """Read and validate the blueprint (a ConfigError fails the run with the located problem) and
     the run's ledger."""
-    return open_run(load_blueprint(blueprint_path), blueprint_path, run_id)
+    bp = load_blueprint(blueprint_path)
+    return open_run(bp, blueprint_path, run_id, Wiring(bp).ledgers)
 
 
 @task(cache_policy=NO_CACHE)

@@ -1,4 +1,6 @@
-"""Thin Prefect tasks after the gate: promote the candidate, then retire the colour it replaced (``tasks.stages.promote``).
+"""Thin Prefect tasks after the gate: promote the candidate, then retire the colour it replaced.
+
+The procedures are ``tasks.stages.promote``.
 
 A rollback is the deploy stage's (``tasks.deploy.rollback``): one rollback serves the gate, the
 retire and the CLI.

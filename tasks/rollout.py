@@ -9,7 +9,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from blueprints.loader import load_blueprint, parse_blueprint
-from tasks.adapters.ledger_store import state_dir
+from tasks.adapters.ledger_store import write_atomic
+from tasks.wiring import Wiring
 
 
 @task(cache_policy=NO_CACHE)
@@ -25,7 +26,6 @@ def derive_blueprint(blueprint_path: str, fleet_run_id: str | None, engine_image
     text = yaml.safe_dump(data, sort_keys=False)
     parse_blueprint(text, f"{blueprint_path} + rollout overrides")  # refuse a bad override here
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-    out = state_dir() / "runs" / bp.name / "rollouts" / f"{digest}.yaml"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out = Wiring(bp).state_root / "runs" / bp.name / "rollouts" / f"{digest}.yaml"
+    write_atomic(out, text)
     return str(out)

@@ -53,11 +53,10 @@ class Run:
         self.store.save(ledger)
 
 
-def open_run(bp: Blueprint, blueprint_path: str, run_id: str | None = None, store: LedgerStore | None = None,
+def open_run(bp: Blueprint, blueprint_path: str, run_id: str | None, store: LedgerStore,
              now: dt.datetime | None = None) -> Run:
     """This run's ledger, or a new one (saved with its first record). The start time is fixed when
     the ledger is first written, so tags and costs of a resumed run keep their first start."""
-    store = store or LedgerStore()
     rid = run_id_of(bp, run_id)
     ledger = store.load(bp.name, rid) or Ledger(bp.name, rid, now_str(now or dt.datetime.now(dt.timezone.utc)))
     return Run(bp, blueprint_path, RunIdentity(bp.name, rid, parse_time(ledger.created_at), bp.aws.ttl_hours), store,

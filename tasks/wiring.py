@@ -146,7 +146,7 @@ class Wiring:
 class RegionWiring:
     """EC2 in one region for work that spans deployments (the leak sweep): no blueprint."""
 
-    def __init__(self, region: str):
+    def __init__(self, region: str | None):
         self.region = region
 
     @functools.cached_property
@@ -160,3 +160,7 @@ class RegionWiring:
     @functools.cached_property
     def instances(self) -> Ec2Instances:
         return Ec2Instances(*self._ec2)
+
+    def weight_store(self, max_workers: int = 16) -> WeightStore:
+        """S3 in this region (for work on a weights prefix that no blueprint names yet)."""
+        return WeightStore(s3_client(self.region), max_workers=max_workers)

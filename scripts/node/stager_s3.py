@@ -3,7 +3,7 @@
 Why not boto3 or s5cmd on the node: neither can be assumed on a GPU node's system Python
 (the sandbox nodes have none; the EKS AMI has no boto3), s5cmd verifies nothing on download and
 cannot resume a partial file, and boto3's classic transfer engine does not verify ranged
-downloads (reference §3). Ranged GETs signed with SigV4 are all the stager needs.
+downloads (docs/sources.md#s3-download-verification). Ranged GETs signed with SigV4 are all the stager needs.
 
 Credentials come from the environment only (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 AWS_SESSION_TOKEN), else from the instance profile through IMDSv2. The endpoint is

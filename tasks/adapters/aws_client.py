@@ -2,7 +2,7 @@
 
 Clients are built per call site from a session (never at import time). Create calls run with SDK
 retries off (``max_attempts=1``): botocore would otherwise retry capacity errors on its own, and
-pdlift's own loop retries with the same ClientToken where that is right (reference §1.6).
+pdlift's own loop retries with the same ClientToken where that is right (docs/sources.md#sdk-retries-off).
 """
 
 from __future__ import annotations

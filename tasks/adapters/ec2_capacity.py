@@ -31,7 +31,7 @@ class Reservation:
 
     @property
     def usable(self) -> bool:
-        # A new reservation may say "pending" for minutes while already usable (reference §1.2).
+        # A new reservation may say "pending" for minutes while already usable (docs/sources.md#odcr-pending-usable).
         return self.state in ("active", "pending") and self.available >= 0 and self.total > 0
 
 

@@ -9,7 +9,7 @@ held the event loop back by 5 ms on average and 42 ms at p99 (measured here, aga
 ms in a plain process), which would have been read as server latency. A child process has its
 own interpreter lock, and its CPU time is the client's alone.
 
-How it keeps the measurement honest (reference/bench-gate-staging-prefect.md §1.5-1.6):
+How it keeps the measurement honest (docs/sources.md#honest-load-client):
 
 - Concurrency mode keeps exactly C requests in flight (C workers, each sending its next request
   when the last one ends). With fixed output lengths, workers that start together stay in

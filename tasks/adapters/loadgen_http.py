@@ -9,7 +9,7 @@ reported in the queue wait). The JSON body is encoded before ``due`` as well;
 every *content* chunk on arrival (all events of one network read share that read's stamp); the
 end when the stream closes. A chat stream's role-only first chunk (``delta`` with a role and
 empty content) is not a token: TTFT is stamped on the first non-empty ``text``/``content``
-(reference §1.6 pitfall 1). Token counts come from the server's ``usage`` (the request asks
+(docs/sources.md#role-only-first-chunk). Token counts come from the server's ``usage`` (the request asks
 for ``stream_options.include_usage``); without a usage chunk the number of content chunks is
 used and ``usage_missing`` says so.
 

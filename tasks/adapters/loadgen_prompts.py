@@ -1,6 +1,6 @@
 """Prompts of an exact token length, unique per request, sized with the server's ``/tokenize``.
 
-Why this shape (reference/bench-gate-staging-prefect.md §1.3, §1.6):
+Why this shape (docs/sources.md#exact-length-prompts):
 
 - Every prompt starts with a header that is unique to the run and the request
   (``Request 123456-0000042:``), then a shared filler of common English words. A prefix cache

@@ -2,7 +2,7 @@
 
 One narrow interface, ``WeightStore``, over a boto3 S3 client passed in (``s3_client`` builds
 one from the standard environment: AWS_ENDPOINT_URL_S3 points it at the sandbox). Never the CRT
-transfer client: it ignores endpoint_url and is a cross-process singleton (reference §3).
+transfer client: it ignores endpoint_url and is a cross-process singleton (docs/sources.md#boto3-crt-limits).
 botocore errors are translated here, with ``from e``, into the tree in ``tasks.errors``.
 """
 

@@ -1,4 +1,4 @@
-"""What to do about an AWS error code (reference/aws-provisioning.md §1.6). Pure.
+"""What to do about an AWS error code (docs/sources.md#ec2-error-actions). Pure.
 
 The adapter maps a botocore ClientError to one of these categories and raises the project's
 exception for it; retries and AZ failover are decided on the category, never on message text.

@@ -1,6 +1,6 @@
 """Prove the KV data path: one long-prompt request through the candidate's router, judged by metrics.
 
-A wrong transfer setting silently falls back to TCP and TTFT regresses 100x (reference §4.1), so
+A wrong transfer setting silently falls back to TCP and TTFT regresses (docs/sources.md#efa-tcp-fallback), so
 the config is not evidence. Evidence is what the engines count while the canary runs:
 
 - the prefill leader's KV bytes *sent* and the decode leader's KV bytes *received* both moved,
@@ -16,7 +16,7 @@ A stock vLLM image with a NIXL connector has no such exporter, but counts for it
 side that reads the KV (decode): ``vllm:nixl_bytes_transferred`` (a histogram; its ``_sum``),
 ``vllm:nixl_num_failed_transfers_total``, and the external prefix cache queries and hits (prompt
 tokens looked up in, and loaded from, the prefill). Those metrics cannot name the transport, so
-the engines' start-up logs do (reference: "Backend LIBFABRIC was instantiated" or "EFA device
+the engines' start-up logs do (docs/sources.md#kv-transport-log: "Backend LIBFABRIC was instantiated" or "EFA device
 (libfabric)" for EFA; NIXL's UCX backend has no EFA transport). An engine with neither kind of
 evidence fails the canary: without a count there is no proof.
 """

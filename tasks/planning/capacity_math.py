@@ -1,6 +1,6 @@
 """Memory and KV-cache arithmetic for one serving role. Pure functions, SI units (1 GB = 1e9 B).
 
-Formulas (reference/model-facts.md):
+Formulas (docs/sources.md#model-kv-bytes):
 - weights: parameters x bytes per parameter of the checkpoint dtype.
 - KV bytes per token, MLA: layers x (kv_lora_rank + qk_rope_head_dim) x kv bytes, plus the DSA
   indexer keys (layers x indexer_head_dim x kv bytes) when the model has them.

@@ -1,6 +1,6 @@
 """Build every EC2 request pdlift sends, as plain dicts the adapter passes straight to boto3.
 
-Pure. Shapes follow reference/aws-provisioning.md §1 (placement group, targeted ODCR in it,
+Pure. Shapes follow docs/sources.md#ec2-request-shapes (placement group, targeted ODCR in it,
 Capacity Blocks, launch template with the p5en NIC layout, gang launch).
 """
 
@@ -111,7 +111,7 @@ def network_interfaces(network_info: dict, subnet: str, security_group: str) -> 
     """The EFA layout from DescribeInstanceTypes NetworkInfo (never hard-coded card counts).
 
     Card 0 device 0 is the ENA primary ("interface"); card 0 device 1 is "efa-only" when card 0
-    supports EFA; every other card gets "efa-only" at device 0 (reference §1.5).
+    supports EFA; every other card gets "efa-only" at device 0 (docs/sources.md#efa-nic-layout).
     """
     base = {"SubnetId": subnet, "Groups": [security_group], "DeleteOnTermination": True}
     cards = sorted(network_info.get("NetworkCards") or [], key=lambda c: c["NetworkCardIndex"])
@@ -130,7 +130,7 @@ def network_interfaces(network_info: dict, subnet: str, security_group: str) -> 
 
 def nodeadm_user_data(cluster: str, endpoint: str, ca_b64: str, service_cidr: str,
                       labels: dict[str, str], taints: list[str]) -> str:
-    """MIME multipart user data with an AL2023 nodeadm NodeConfig (reference §3)."""
+    """MIME multipart user data with an AL2023 nodeadm NodeConfig (docs/sources.md#nodeadm-user-data)."""
     label_flag = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     flags = [f"--node-labels={label_flag}"]
     if taints:

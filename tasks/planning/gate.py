@@ -1,6 +1,6 @@
 """The promotion gate: candidate benchmark summaries vs a baseline -> PASS, FAIL or INCONCLUSIVE.
 
-Kayenta-style statistics in-process (reference/bench-gate-staging-prefect.md §2, §5). The rules,
+Kayenta-style statistics in-process (docs/sources.md#gate-statistics). The rules,
 per (scenario, concurrency) point, in the order they apply:
 
 1. Error ceiling. error rate > ``gate.max_error_rate`` is FAIL (critical), whatever else holds:

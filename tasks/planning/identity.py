@@ -4,7 +4,7 @@ Every resource pdlift creates carries the tags below, so discovery, resume, tear
 sweep can find it without any local state. Client tokens are a hash of (deployment, run, stage,
 AZ, count): the same request retried gets the same token, and a failover to another AZ gets a new
 one, because EC2 returns the first AZ's result for a reused token when only the AZ differs
-(reference/aws-provisioning.md §1.2).
+(docs/sources.md#client-token-az).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark metrics from per-request records: pure, and equal to vLLM bench serve's where they overlap.
 
-Definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``; reference/bench-gate-staging-prefect.md §1.1).
+Definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``; docs/sources.md#bench-metrics).
 All timestamps are ``time.perf_counter()`` seconds taken by the load generator.
 
 - A request *completed* when it has no error and at least one content chunk arrived

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 
 from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
-from tasks.planning import capacity_math as cm
+from tasks.planning import capacity_math
 from blueprints.catalog import instance_type, price
 
-TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: ~100x slower transfer (reference/pd-serving-k8s.md §4)
+TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: assumed ~100x slower (docs/sources.md#efa-tcp-fallback)
 PD_WORTH_IT_MAX_CONCURRENCY = 8
 
 
@@ -70,11 +70,11 @@ def make_plan(bp: Blueprint) -> Plan:
     gpu_gb = bp.topology.gpu_memory_gb or (known.gpu_memory_gb if known else 0.0)
     util, kv_dtype = bp.engine.gpu_memory_utilization, bp.engine.kv_cache_dtype
     p, d = bp.topology.prefill, bp.topology.decode
-    prefill = cm.prefill_memory(bp.model, kv_dtype, p.tp, p.pp, gpu_gb, util)
-    decode = cm.decode_memory(bp.model, kv_dtype, d.dp, d.ep, d.tp, gpu_gb, util)
-    kv_tok = cm.kv_bytes_per_token(bp.model, kv_dtype)
+    prefill = capacity_math.prefill_memory(bp.model, kv_dtype, p.tp, p.pp, gpu_gb, util)
+    decode = capacity_math.decode_memory(bp.model, kv_dtype, d.dp, d.ep, d.tp, gpu_gb, util)
+    kv_tok = capacity_math.kv_bytes_per_token(bp.model, kv_dtype)
     scenarios = [_scenario_fit(bp, s, prefill, decode, kv_tok) for s in bp.benchmark.scenarios]
-    dense, expert = cm.weight_bytes(bp.model)
+    dense, expert = capacity_math.weight_bytes(bp.model)
     cost = _cost(bp)
     return Plan(
         blueprint=bp.name,
@@ -92,12 +92,12 @@ def make_plan(bp: Blueprint) -> Plan:
     )
 
 
-def _role_dict(mem: cm.RoleMemory, nodes: int, layout: str) -> dict:
+def _role_dict(mem: capacity_math.RoleMemory, nodes: int, layout: str) -> dict:
     return {
         "role": mem.role, "nodes": nodes, "gpus": mem.gpus, "layout": layout,
         "weights_gb_per_gpu": round(mem.weights_gb_per_gpu, 2),
         "usable_gb_per_gpu": round(mem.usable_gb_per_gpu, 2),
-        "runtime_reserve_gb_per_gpu": cm.RUNTIME_RESERVE_GB,
+        "runtime_reserve_gb_per_gpu": capacity_math.RUNTIME_RESERVE_GB,
         "kv_free_gb_per_gpu": round(mem.kv_free_gb_per_gpu, 2),
         "kv_bytes_per_token_per_gpu": round(mem.kv_bytes_per_token_per_gpu, 1),
         "kv_token_capacity": mem.kv_token_capacity_per_replica * mem.replicas,
@@ -105,11 +105,11 @@ def _role_dict(mem: cm.RoleMemory, nodes: int, layout: str) -> dict:
     }
 
 
-def _scenario_fit(bp: Blueprint, s, prefill: cm.RoleMemory, decode: cm.RoleMemory,
+def _scenario_fit(bp: Blueprint, s, prefill: capacity_math.RoleMemory, decode: capacity_math.RoleMemory,
                   kv_tok: float) -> ScenarioFit:
     context = s.input_tokens + s.output_tokens
     gbps = bp.kv_transfer.usable_bandwidth_gbps
-    seconds = cm.kv_transfer_seconds(bp.model, bp.engine.kv_cache_dtype, s.input_tokens, gbps)
+    seconds = capacity_math.kv_transfer_seconds(bp.model, bp.engine.kv_cache_dtype, s.input_tokens, gbps)
     if bp.kv_transfer.protocol == "tcp":
         seconds *= TCP_SLOWDOWN
     return ScenarioFit(s.name, context, round(kv_tok * s.input_tokens / 1e9, 3),
@@ -162,20 +162,20 @@ def _resources(bp: Blueprint) -> list[str]:
     return out
 
 
-def _warnings(bp: Blueprint, prefill: cm.RoleMemory, decode: cm.RoleMemory,
+def _warnings(bp: Blueprint, prefill: capacity_math.RoleMemory, decode: capacity_math.RoleMemory,
               scenarios: list[ScenarioFit], cost: Cost, gpn: int, gpu_gb: float) -> list[str]:
     w = []
     for role in (prefill, decode):
         if not role.fits:
             w.append(f"{role.role} does not fit: {role.weights_gb_per_gpu:.1f} GB of weights per GPU "
-                     f"+ {cm.RUNTIME_RESERVE_GB} GB runtime > {role.usable_gb_per_gpu:.1f} GB usable")
+                     f"+ {capacity_math.RUNTIME_RESERVE_GB} GB runtime > {role.usable_gb_per_gpu:.1f} GB usable")
     for s in scenarios:
         if s.decode_max_sequences < s.max_target_concurrency:
             w.append(f"{s.scenario}: decode KV cache holds {s.decode_max_sequences} sequences of "
                      f"{s.context_tokens} tokens, fewer than the target concurrency {s.max_target_concurrency}")
         if s.prefill_max_sequences < 1:
             w.append(f"{s.scenario}: prefill cannot hold one {s.context_tokens}-token sequence")
-    weights_gb = sum(cm.weight_bytes(bp.model)) / 1e9
+    weights_gb = sum(capacity_math.weight_bytes(bp.model)) / 1e9
     one_node_gb = gpn * gpu_gb * bp.engine.gpu_memory_utilization * 0.7
     peak = max(max(s.concurrencies) for s in bp.benchmark.scenarios)
     if weights_gb < one_node_gb and peak <= PD_WORTH_IT_MAX_CONCURRENCY:

@@ -29,7 +29,7 @@ SAFETENSORS_DTYPE_BYTES = {
     "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
     "I64": 8, "U64": 8, "F64": 8,
 }
-EC2_PER_FLOW_GBPS = 5.0  # a single flow outside a placement group (reference §3)
+EC2_PER_FLOW_GBPS = 5.0  # a single flow outside a placement group (docs/sources.md#s3-per-flow-limit)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 

@@ -1,7 +1,7 @@
 """Network topology: which nodes are closest, labels to expect, and who serves which role. Pure.
 
 DescribeInstanceTopology lists NetworkNodes top-down; the last one touches the instance, so two
-instances sharing it are nearest (reference/aws-provisioning.md §2). EKS labels
+instances sharing it are nearest (docs/sources.md#instance-topology). EKS labels
 `topology.k8s.aws/network-node-layer-(i+1)` = NetworkNodes[i].
 """
 

@@ -130,7 +130,8 @@ def check_not_kept(bp: Blueprint, kube: KubeObjects, candidate: str) -> None:
             applied_nothing=True)
 
 
-def wait_namespace_gone(kube: KubeObjects, ns: str, wait_s: float, clock: Clock, terminating_only: bool = False) -> None:
+def wait_namespace_gone(kube: KubeObjects, ns: str, wait_s: float, clock: Clock,
+                        terminating_only: bool = False) -> None:
     """Bounded wait until ``ns`` no longer exists (with ``terminating_only``: only if it is being deleted)."""
 
     def gone() -> bool:
@@ -170,7 +171,7 @@ def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup
 
 
 def _router_gaps(http: Engines, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
-    """The workers each router pod does not list as healthy (reference §6: the router's own view)."""
+    """The workers each router pod does not list as healthy (docs/sources.md#phased-readiness)."""
     view = routers(objects)[0]
     wanted = [u for flag in ("--prefill", "--decode") for u in _urls(view.argv, flag)]
     gaps = []
@@ -195,7 +196,8 @@ def run_canary(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str,
                options: DeployOptions) -> canary.CanaryReport:
     engines_ns = colour_namespace(bp, colour)
     leaders = {role: kube.pods(engines_ns, {common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: role,
-                                            common.LWS_WORKER_INDEX_LABEL: "0"}) for role in (common.PREFILL, common.DECODE)}
+                                            common.LWS_WORKER_INDEX_LABEL: "0"})
+               for role in (common.PREFILL, common.DECODE)}
     router = next((p for p in kube.pods(stable_namespace(bp), router_selector(bp, colour)) if p.ready), None)
     if router is None or not all(leaders.values()):
         raise StackFailure(f"{bp.name} {colour}: no ready router or engine leader left for the canary", "Canary")
@@ -226,7 +228,8 @@ def _engine_container(pod: PodInfo) -> str | None:
     return "engine" if "engine" in names else (names[0] if names else None)
 
 
-def rollback(bp: Blueprint, kube: KubeObjects, colour: str, wait_s: float = 300.0, clock: Clock = Clock()) -> RolledBack:
+def rollback(bp: Blueprint, kube: KubeObjects, colour: str, wait_s: float = 300.0,
+             clock: Clock = Clock()) -> RolledBack:
     """Delete ``colour``'s router (Deployment, Service) and its engines' namespace: a candidate
     after a failure or a FAIL, or a replaced colour being retired. Deleting what is already gone,
     or still going, is a no-op. Refuses the live colour. With ``wait_s``, waits (bounded) until

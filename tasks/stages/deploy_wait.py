@@ -5,7 +5,7 @@
     ready      every pod is Ready
     router     every router pod lists every worker it was given, healthy
 
-Reference §6: "all pods scheduled (detect Pending or missing capacity quickly)", then the
+Phases per docs/sources.md#phased-readiness: all pods scheduled (Pending caught quickly), then the
 startup probes, readiness, and the router's own view, because router health alone lies
 (sglang#33740). A crash loop, an image that cannot be pulled or a pod the scheduler cannot
 place for longer than a short grace fail at once, with the reason, the events and the last

@@ -1,6 +1,6 @@
 """Stage 3: prove the GPUs, the EFA devices and the links of every node, and replace bad nodes.
 
-Layers stop early (reference/fabric-validation.md §6): 1 inventory, 2 per-NIC loopback with a
+Layers stop early (docs/sources.md#fabric-layers): 1 inventory, 2 per-NIC loopback with a
 negative control, 3 single-node all_reduce, 4 pairwise round robin (+ second pass), 5 the whole
 set. A node judged ISOLATE is handed to ``replace`` (terminate, relaunch through the launch
 stage's pieces, pin the new host keys), then validated again; nodes already validated keep
@@ -79,34 +79,17 @@ def validate(spec: FabricSpec, nodes: Sequence[Node], runner: Runner, *, replace
     if port_base is None:
         port_base = random.SystemRandom().randrange(commands.PORT_LOW, commands.PORT_LOW + commands.PORT_SPAN)
     ctx = Ctx(spec, runner, log, port_base)
-    slot_of = {n.name: n.name for n in fleet}  # a replacement inherits its predecessor's slot
-    used: dict[str, int] = {}
+    slots = _Slots(fleet, spec.replace_attempts)
     passes: list[PassResult] = []
-    replaced: list[tuple[str, str, str]] = []
-    failure = None
     runner.prepare([ssh_target(n) for n in fleet])
     for number in range(1, 2 + len(fleet) * spec.replace_attempts):
         log(f"fabric validation pass {number} over {len(fleet)} node(s)")
         result = _run_pass(ctx, number, fleet)
         passes.append(result)
         if result.passed:
+            failure = None
             break
-        if result.stop:
-            failure = f"{result.layers[-1].name}: {result.stop}"
-            break
-        bad = list(result.isolate)
-        if len(fleet) >= 2 and len(bad) == len(fleet):
-            failure = (f"{result.layers[-1].name}: every node failed, so the cause is common to all (image, "
-                       "driver, tool versions or flags), not a bad node; nothing was replaced. "
-                       + _failure(bad[:2], result.isolate, result.layers[-1].name))
-            break
-        exhausted = [n for n in bad if replace is None or used.get(slot_of[n], 0) >= spec.replace_attempts]
-        if exhausted:
-            why = (f"{result.layers[-1].name}; no replacement left after "
-                   f"{used.get(slot_of[exhausted[0]], 0)} of {spec.replace_attempts} allowed")
-            failure = _failure(exhausted, result.isolate, why)
-            break
-        failure = _replace_all(bad, fleet, result, replace, slot_of, used, replaced, ctx, log)  # type: ignore[arg-type]
+        failure = _unreplaceable(result, fleet, slots, replace) or _replace_all(result, fleet, slots, replace, ctx)
         if failure:
             break
     else:
@@ -114,24 +97,59 @@ def validate(spec: FabricSpec, nodes: Sequence[Node], runner: Runner, *, replace
     versions = {n.name: ctx.cache.inventory[n.name].versions for n in fleet if n.name in ctx.cache.inventory}
     _nccl_versions(ctx.cache, versions)
     passed = bool(passes) and passes[-1].passed and failure is None
-    return Outcome(passed, tuple(fleet), passes, replaced, failure, time.monotonic() - start, versions, ctx.cache)
+    return Outcome(passed, tuple(fleet), passes, slots.replaced, failure, time.monotonic() - start, versions,
+                   ctx.cache)
 
 
-def _replace_all(bad: list[str], fleet: list[Node], result: PassResult, replace: Replace,
-                 slot_of: dict[str, str], used: dict[str, int], replaced: list, ctx: Ctx,
-                 log: Callable[[str], None]) -> str | None:
+class _Slots:
+    """Replacements per node slot: a replacement inherits its predecessor's slot and its count."""
+
+    def __init__(self, fleet: list[Node], allowed: int):
+        self.slot_of = {n.name: n.name for n in fleet}
+        self.used: dict[str, int] = {}
+        self.allowed = allowed
+        self.replaced: list[tuple[str, str, str]] = []  # (old node, new node, evidence)
+
+    def used_by(self, name: str) -> int:
+        return self.used.get(self.slot_of[name], 0)
+
+    def took(self, old: str, new: str, evidence: str) -> None:
+        slot = self.slot_of[old]
+        self.slot_of[new] = slot
+        self.used[slot] = self.used.get(slot, 0) + 1
+        self.replaced.append((old, new, evidence))
+
+
+def _unreplaceable(result: PassResult, fleet: list[Node], slots: _Slots, replace: Replace | None) -> str | None:
+    """Why the failed pass cannot be fixed by replacing nodes, in words; None when it can."""
+    layer = result.layers[-1].name
+    if result.stop:
+        return f"{layer}: {result.stop}"
+    bad = list(result.isolate)
+    if len(fleet) >= 2 and len(bad) == len(fleet):
+        return (f"{layer}: every node failed, so the cause is common to all (image, driver, tool versions or "
+                "flags), not a bad node; nothing was replaced. " + _failure(bad[:2], result.isolate, layer))
+    exhausted = [n for n in bad if replace is None or slots.used_by(n) >= slots.allowed]
+    if exhausted:
+        why = f"{layer}; no replacement left after {slots.used_by(exhausted[0])} of {slots.allowed} allowed"
+        return _failure(exhausted, result.isolate, why)
+    return None
+
+
+def _replace_all(result: PassResult, fleet: list[Node], slots: _Slots, replace: Replace | None,
+                 ctx: Ctx) -> str | None:
     """Replace each ISOLATE node in place; the failure in words when a replacement fails."""
-    for name in bad:
+    if replace is None:  # _unreplaceable has refused the pass already; no way to replace
+        return "no replacement is configured"
+    for name, evidence in result.isolate.items():
         old = next(n for n in fleet if n.name == name)
-        log(f"replacing {name} ({old.role}): {result.isolate[name]}")
+        ctx.log(f"replacing {name} ({old.role}): {evidence}")
         try:
-            new = replace(old, result.isolate[name])
+            new = replace(old, evidence)
         except PdliftError as e:
-            return (f"node {name} is ISOLATE ({result.layers[-1].name}): {result.isolate[name]}; "
+            return (f"node {name} is ISOLATE ({result.layers[-1].name}): {evidence}; "
                     f"replacing it failed: {type(e).__name__}: {e}")
-        slot_of[new.name] = slot_of[name]
-        used[slot_of[name]] = used.get(slot_of[name], 0) + 1
-        replaced.append((name, new.name, result.isolate[name]))
+        slots.took(name, new.name, evidence)
         ctx.cache.forget(name)
         fleet[fleet.index(old)] = new
         ctx.runner.prepare([ssh_target(new)])

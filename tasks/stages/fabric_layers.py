@@ -191,7 +191,8 @@ def full_set(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     ctx.log(f"fabric layer 5 (whole set: all_reduce + alltoall over {len(nodes)} nodes)")
     first, hosts = ssh_target(nodes[0]), [n.address for n in nodes]
-    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}", lambda path, c=c: commands.across_nodes(c, hosts, ctx.spec, path))
+    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}",
+                                 lambda path, c=c: commands.across_nodes(c, hosts, ctx.spec, path))
                  for c in ("all_reduce", "alltoall"))
     cache.full_set = runs
     ctx.note_timeouts(first.name, runs)

@@ -107,7 +107,8 @@ def _buy_block(bp: Blueprint, run: RunIdentity, cap: Capacity, record: Record, c
     # PurchaseCapacityBlock has no ClientToken: look again right before buying (tags of this run).
     if _adopt(run, cap):
         return reserve(bp, run, cap, record, clock)
-    r = cap.purchase_capacity_block(ec2_requests.purchase_capacity_block_request(run, choice.offering["CapacityBlockOfferingId"]))
+    request = ec2_requests.purchase_capacity_block_request(run, choice.offering["CapacityBlockOfferingId"])
+    r = cap.purchase_capacity_block(request)
     record(LedgerEntry("capacity-block", r.reservation_id, "reserve", r.zone, 0.0,
                        float(choice.offering.get("UpfrontFee", 0)), now_str(clock.now()),
                        note="paid upfront; cannot be cancelled; ends at its EndDate"))
@@ -147,7 +148,7 @@ def _wait_usable(bp: Blueprint, cap: Capacity, rid: str, clock: Clock) -> Reserv
     def probe() -> Reservation | None:
         r = seen[0] = cap.reservation(rid)
         if r and (r.state == "active" or (r.state == "pending" and (r.available >= bp.node_count or _in_use(r)))):
-            return r  # a pending reservation is usable once its slots show up (reference §1.2)
+            return r  # a pending reservation is usable once its slots show up (docs/sources.md#odcr-pending-usable)
         if r and r.state in ("failed", "cancelled", "expired"):
             raise CapacityUnavailable(f"reservation {rid} is {r.state}", zone=r.zone, code=r.state)
         return None

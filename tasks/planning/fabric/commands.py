@@ -3,7 +3,7 @@
 Every command is an argument list (the SSH adapter quotes each word), never a shell string; the
 short scripts below take their inputs as positional parameters ("$@", "${4}"), so a host name or
 a device name printed by a node reaches the tool as one literal argument and nothing else runs.
-Sources (reference/fabric-validation.md): the EFA installer's efa_test.sh and awsome
+Sources (docs/sources.md#fabric-commands): the EFA installer's efa_test.sh and awsome
 ``checks/6-efa-loopback.sh`` (per-NIC loopback, negative control), awsome's AMI sbatch and DLC
 ``testEFA`` (mpirun and its ``-x`` variables), nccl-tests' ``-c 1 -T -J`` (hard failures,
 watchdog, JSON output).
@@ -24,7 +24,7 @@ PINGPONG_ITERATIONS = 10  # fi_pingpong's own default: a connectivity and latenc
 # small sizes whose best time is the latency, because a single-size run's time includes the
 # connection set-up. Latency is judged on the pairwise fi_pingpong, which sweeps every size.
 LOOPBACK_SIZE = "8192"
-MAX_SWEEP_BYTES = 16 << 30  # nccl-tests sweep from the judging size up to 16 GiB (reference §6)
+MAX_SWEEP_BYTES = 16 << 30  # nccl-tests sweep from the judging size up to 16 GiB (docs/sources.md#nccl-sweep-sizes)
 NCCL_GRACE_S = 15  # the command outlives nccl-tests' own -T watchdog, so its "Test timeout" line arrives
 INVENTORY_TIMEOUT_S = 120
 HOUSEKEEPING_TIMEOUT_S = 30

@@ -36,7 +36,7 @@ SHUTDOWN_TIMEOUT_S = 120  # vLLM --shutdown-timeout: drain in-flight requests on
 PROBE_PERIOD_S, STARTUP_BUDGET_S = 10, 45 * 60
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
-# The EFA essentials (reference §2 Dynamo EFA guide, §6). The KV-transfer part is in kv.py.
+# The EFA essentials (docs/sources.md#efa-pod-env). The KV-transfer part is in kv.py.
 EFA_ENV = {
     "FI_PROVIDER": "efa",
     "FI_EFA_USE_DEVICE_RDMA": "1",
@@ -47,7 +47,7 @@ EFA_ENV = {
     "NCCL_DEBUG": "INFO",  # "NET/OFI ... Using network Libfabric": the log proof of EFA for PP/EP
     "NCCL_DEBUG_SUBSYS": "INIT,NET",
     # The host's libfabric and aws-ofi-nccl first: a wheel-bundled libfabric makes NCCL fall
-    # back to TCP and hang cross-node collectives (reference §4.7). The rest is the image default.
+    # back to TCP and hang cross-node collectives (docs/sources.md#single-libfabric). The rest is the image default.
     "LD_LIBRARY_PATH": "/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib:/opt/amazon/openmpi/lib:"
                        "/usr/local/nvidia/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64:/usr/local/lib",
     "HF_HUB_OFFLINE": "1",  # weights are staged on the node; never reach for the Hub
@@ -179,7 +179,7 @@ def _term(match: dict[str, str], key: str) -> dict:
 
 def affinity(bp: Blueprint, role: str) -> dict:
     """Prefill and decode never share a host: same-node EFA transfers fail with EAGAIN
-    (reference §2 Dynamo). The prefill group must share a layer-3 network node (pipeline
+    (docs/sources.md#pd-anti-affinity). The prefill group must share a layer-3 network node (pipeline
     traffic every micro-batch; the launch stage picked such nodes, so a miss is a placement
     bug worth failing at scheduling). Decode only prefers that closeness: its EP all-to-all
     and the KV pulls gain from it, but a decode one layer further away still works."""
@@ -200,7 +200,7 @@ def affinity(bp: Blueprint, role: str) -> dict:
 def security_context(privileged: bool) -> dict:
     """IPC_LOCK lets libfabric pin host buffers. NIXL's LIBFABRIC backend also registers GPU
     memory (fi_mr_reg on VRAM), which needs privileged on EKS ("IPC_LOCK alone is
-    insufficient", reference §2 Dynamo); only those containers get it."""
+    insufficient", docs/sources.md#nixl-privileged); only those containers get it."""
     out: dict = {"capabilities": {"add": ["IPC_LOCK"]}}
     if privileged:
         out["privileged"] = True

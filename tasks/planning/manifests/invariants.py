@@ -1,8 +1,8 @@
 """What must hold across the rendered objects before anything is applied. Pure.
 
 Each rule reads the manifests as the engines will (``views``) and returns violations naming
-the object, the reason and what to do. Sources: reference §1 ("Settings that must match
-between P and D"), §4.4-5 and §6.
+the object, the reason and what to do. Source: docs/sources.md#pd-invariants (what must match
+between P and D, and what breaks when it does not).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The KV-transfer configuration per engine, connector and protocol (reference §1). Pure.
+"""The KV-transfer configuration per engine, connector and protocol (docs/sources.md#kv-transfer-settings). Pure.
 
 ``protocol: efa`` asks each transfer engine for EFA explicitly (Mooncake ``efa``, NIXL
 ``LIBFABRIC``): every default falls back to TCP without an error. ``protocol: tcp`` renders

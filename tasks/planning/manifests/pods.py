@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from blueprints.schema import Blueprint
-from tasks.planning.manifests import common as c
+from tasks.planning.manifests import common
 from tasks.planning.manifests.cmdline import Line, container_command
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -53,15 +53,15 @@ def _container(bp: Blueprint, spec: RoleSpec, lines: list[Line], leader: bool) -
     ports = [{"name": "http", "containerPort": spec.port}] if probe_path else []
     if spec.bootstrap_port and (leader or spec.worker_bootstrap):
         ports.append({"name": "kv-bootstrap", "containerPort": spec.bootstrap_port})
-    out = {"name": c.ENGINE_CONTAINER, "image": c.require_digest(bp.engine.image),
+    out = {"name": common.ENGINE_CONTAINER, "image": common.require_digest(bp.engine.image),
            "imagePullPolicy": "IfNotPresent", **container_command(lines),
-           **({"ports": ports} if ports else {}), "env": c.POD_ENV + c.env_list(c.EFA_ENV) + spec.env,
-           "resources": c.engine_resources(bp), "volumeMounts": c.engine_mounts(bp),
-           "securityContext": c.security_context(spec.privileged)}
+           **({"ports": ports} if ports else {}), "env": common.POD_ENV + common.env_list(common.EFA_ENV) + spec.env,
+           "resources": common.engine_resources(bp), "volumeMounts": common.engine_mounts(bp),
+           "securityContext": common.security_context(spec.privileged)}
     if probe_path:
-        out["startupProbe"] = c.startup_probe(probe_path, spec.port)
+        out["startupProbe"] = common.startup_probe(probe_path, spec.port)
     if readiness_path:
-        out["readinessProbe"] = c.http_probe(readiness_path, spec.port, failure_threshold=3)
+        out["readinessProbe"] = common.http_probe(readiness_path, spec.port, failure_threshold=3)
     # No liveness probe: the engines exit on fatal errors, and a false positive under load
     # would recreate the group and cost a 10-45 minute reload.
     return out
@@ -69,31 +69,31 @@ def _container(bp: Blueprint, spec: RoleSpec, lines: list[Line], leader: bool) -
 
 def _template(bp: Blueprint, colour: str, spec: RoleSpec, weights_host_path: str, leader: bool) -> dict:
     container = _container(bp, spec, spec.leader if leader else spec.worker, leader)
-    pod_labels = c.labels(bp, colour, spec.role, spec.engine)
+    pod_labels = common.labels(bp, colour, spec.role, spec.engine)
     pod_labels["pdlift.io/group-role"] = "leader" if leader else "worker"
     return {
         "metadata": {"labels": pod_labels,
-                     "annotations": {"kubectl.kubernetes.io/default-container": c.ENGINE_CONTAINER,
+                     "annotations": {"kubectl.kubernetes.io/default-container": common.ENGINE_CONTAINER,
                                      **spec.annotations}},
         "spec": {
-            "serviceAccountName": c.ENGINE_SA,
+            "serviceAccountName": common.ENGINE_SA,
             "automountServiceAccountToken": False,  # static URLs: the engines never call the API
             # Service links would inject e.g. VLLM_PORT=tcp://... for a Service named vllm,
             # which vLLM reads as its own setting.
             "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": c.SHUTDOWN_TIMEOUT_S + 30,
-            "nodeSelector": c.node_selector(bp, spec.role),
-            "affinity": c.affinity(bp, spec.role),
-            "tolerations": c.tolerations(),
+            "terminationGracePeriodSeconds": common.SHUTDOWN_TIMEOUT_S + 30,
+            "nodeSelector": common.node_selector(bp, spec.role),
+            "affinity": common.affinity(bp, spec.role),
+            "tolerations": common.tolerations(),
             "containers": [container],
-            "volumes": c.engine_volumes(spec.role, weights_host_path),
+            "volumes": common.engine_volumes(spec.role, weights_host_path),
         },
     }
 
 
 def leader_worker_set(bp: Blueprint, colour: str, namespace: str, spec: RoleSpec,
                       weights_host_path: str) -> dict:
-    nodes = bp.topology.prefill.nodes if spec.role == c.PREFILL else bp.topology.decode.nodes
+    nodes = bp.topology.prefill.nodes if spec.role == common.PREFILL else bp.topology.decode.nodes
     template: dict = {
         "size": nodes,
         # A lost rank breaks the group's NCCL communicators: restart the whole group.
@@ -103,7 +103,7 @@ def leader_worker_set(bp: Blueprint, colour: str, namespace: str, spec: RoleSpec
     }
     return {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
-        "metadata": c.meta(spec.lws_name, namespace, c.labels(bp, colour, spec.role, spec.engine),
+        "metadata": common.meta(spec.lws_name, namespace, common.labels(bp, colour, spec.role, spec.engine),
                            spec.annotations),
         "spec": {
             "replicas": 1,
@@ -123,10 +123,10 @@ def leader_service(bp: Blueprint, colour: str, namespace: str, spec: RoleSpec) -
     if spec.expose_bootstrap and spec.bootstrap_port:
         ports.append({"name": "kv-bootstrap", "port": spec.bootstrap_port,
                       "targetPort": spec.bootstrap_port, "protocol": "TCP"})
-    selector = {c.DEPLOYMENT_LABEL: bp.name, c.COLOUR_LABEL: colour, c.LWS_NAME_LABEL: spec.lws_name,
-                c.LWS_WORKER_INDEX_LABEL: "0"}
+    selector = {common.DEPLOYMENT_LABEL: bp.name, common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: spec.lws_name,
+                common.LWS_WORKER_INDEX_LABEL: "0"}
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": c.meta(spec.service_name, namespace, c.labels(bp, colour, spec.role, spec.engine)),
+            "metadata": common.meta(spec.service_name, namespace, common.labels(bp, colour, spec.role, spec.engine)),
             "spec": {"type": "ClusterIP", "selector": selector, "ports": ports}}
 
 

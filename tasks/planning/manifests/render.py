@@ -15,7 +15,7 @@ import yaml
 
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
-from tasks.planning.manifests import common as c
+from tasks.planning.manifests import common
 from tasks.planning.manifests import kv, pods, router, sglang, vllm
 
 ENGINES = {"vllm": vllm, "sglang": sglang}
@@ -26,12 +26,12 @@ def render_stack(bp: Blueprint, colour: str, weights_host_path: str, namespace: 
     """Every object of colour ``colour``; ``namespace`` overrides ``<bp.name>-<colour>`` for the
     engines. ``weights_host_path`` is the staged model directory on each node's NVMe.
     ``router_image`` defaults to the engine image (vLLM and SGLang images ship their routers)."""
-    c.check_colour(colour)
+    common.check_colour(colour)
     if not posixpath.isabs(weights_host_path) or ".." in weights_host_path.split("/"):
         raise ConfigError(f"weights_host_path must be an absolute path without '..', got {weights_host_path!r}")
-    c.require_digest(bp.engine.image)
-    engines_ns = namespace or c.colour_namespace(bp, colour)
-    stable_ns = c.stable_namespace(bp)
+    common.require_digest(bp.engine.image)
+    engines_ns = namespace or common.colour_namespace(bp, colour)
+    stable_ns = common.stable_namespace(bp)
     if engines_ns == stable_ns:
         raise ConfigError(f"the engines' namespace must differ from the stable namespace {stable_ns!r}")
     module = ENGINES[bp.engine.name]
@@ -39,11 +39,11 @@ def render_stack(bp: Blueprint, colour: str, weights_host_path: str, namespace: 
     connector = kv.ROUTER_CONNECTOR[bp.kv_transfer.connector] if bp.engine.name == "vllm" else None
     argv = router.router_args(bp, engines_ns, prefill, decode, connector)
     objects = [
-        _namespace(engines_ns, {c.DEPLOYMENT_LABEL: bp.name, c.COLOUR_LABEL: colour,
+        _namespace(engines_ns, {common.DEPLOYMENT_LABEL: bp.name, common.COLOUR_LABEL: colour,
                                 "app.kubernetes.io/managed-by": "pdlift"}),
-        _namespace(stable_ns, {c.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/managed-by": "pdlift"}),
-        _service_account(bp, colour, engines_ns, c.ENGINE_SA, "engine"),
-        _service_account(bp, colour, stable_ns, c.ROUTER_SA, c.ROUTER),
+        _namespace(stable_ns, {common.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/managed-by": "pdlift"}),
+        _service_account(bp, colour, engines_ns, common.ENGINE_SA, "engine"),
+        _service_account(bp, colour, stable_ns, common.ROUTER_SA, common.ROUTER),
         pods.leader_service(bp, colour, engines_ns, prefill),
         pods.leader_service(bp, colour, engines_ns, decode),
         pods.leader_worker_set(bp, colour, engines_ns, prefill, weights_host_path),
@@ -65,11 +65,11 @@ def _namespace(name: str, labels: dict[str, str]) -> dict:
 
 
 def _service_account(bp: Blueprint, colour: str, namespace: str, name: str, component: str) -> dict:
-    labels = {c.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/managed-by": "pdlift",
+    labels = {common.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/managed-by": "pdlift",
               "app.kubernetes.io/component": component}
-    if component != c.ROUTER:  # the router account is shared by both colours' routers
-        labels[c.COLOUR_LABEL] = colour
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": c.meta(name, namespace, labels),
+    if component != common.ROUTER:  # the router account is shared by both colours' routers
+        labels[common.COLOUR_LABEL] = colour
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": common.meta(name, namespace, labels),
             "automountServiceAccountToken": False}
 
 

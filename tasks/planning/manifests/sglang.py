@@ -1,4 +1,4 @@
-"""SGLang prefill and decode command lines (reference §1, SGLang). Pure.
+"""SGLang prefill and decode command lines (docs/sources.md#sglang-multinode). Pure.
 
 Both roles run one SGLang instance per LWS group: ``--nnodes N --node-rank R
 --dist-init-addr LEADER:5000``. Prefill: TP inside a node, PP across nodes, told the decode
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
-from tasks.planning.manifests import common as c
+from tasks.planning.manifests import common
 from tasks.planning.manifests import kv
 from tasks.planning.manifests.cmdline import Line, Sh
 from tasks.planning.manifests.pods import RoleSpec
@@ -37,7 +37,7 @@ def _lines(bp: Blueprint, port: int, nodes: int, leader: bool, parallel: list[Li
            settings: kv.KvSettings) -> list[Line]:
     e = bp.engine
     lines: list[Line] = [
-        ("python3", "-m", "sglang.launch_server"), ("--model-path", c.model_dir(bp)),
+        ("python3", "-m", "sglang.launch_server"), ("--model-path", common.model_dir(bp)),
         ("--served-model-name", bp.model.name), ("--host", "0.0.0.0"), ("--port", str(port)),
         ("--trust-remote-code",), ("--dtype", DTYPES[bp.model.dtype]),
         ("--kv-cache-dtype", kv_cache_dtype(bp)), ("--page-size", str(e.block_size)),
@@ -47,7 +47,7 @@ def _lines(bp: Blueprint, port: int, nodes: int, leader: bool, parallel: list[Li
     if nodes > 1:
         rank = "0" if leader else Sh('"$LWS_WORKER_INDEX"')
         lines.append(("--nnodes", str(nodes), "--node-rank", rank,
-                      "--dist-init-addr", Sh(f'"$LWS_LEADER_ADDRESS:{c.SGLANG_DIST_PORT}"')))
+                      "--dist-init-addr", Sh(f'"$LWS_LEADER_ADDRESS:{common.SGLANG_DIST_PORT}"')))
     lines += [tuple(settings.args), ("--enable-metrics",)]
     extra = check_extra_args(e.extra_args, lines)
     return lines + ([tuple(extra)] if extra else [])
@@ -65,11 +65,11 @@ def prefill(bp: Blueprint) -> RoleSpec:
     parallel: list[Line] = [("--tp-size", str(p.tp), "--pp-size", str(p.pp)),
                             ("--disaggregation-decode-tp", str(_sglang_decode_tp(bp)),
                              "--disaggregation-decode-dp", str(d.dp))]
-    settings = kv.sglang_kv(bp, c.PREFILL)
-    return RoleSpec(c.PREFILL, "sglang", _lines(bp, port, p.nodes, True, parallel, settings),
+    settings = kv.sglang_kv(bp, common.PREFILL)
+    return RoleSpec(common.PREFILL, "sglang", _lines(bp, port, p.nodes, True, parallel, settings),
                     _lines(bp, port, p.nodes, False, parallel, settings), settings.env, port,
                     bp.engine.bootstrap_port, settings.privileged, "/health", "/health", "/health",
-                    _annotations(bp, c.PREFILL), expose_bootstrap=True)
+                    _annotations(bp, common.PREFILL), expose_bootstrap=True)
 
 
 def decode(bp: Blueprint) -> RoleSpec:
@@ -82,17 +82,17 @@ def decode(bp: Blueprint) -> RoleSpec:
         backend, mode = A2A[bp.engine.all2all_backend]
         moe: Line = ("--ep-size", str(d.ep), "--moe-a2a-backend", backend)
         parallel.append(moe + (("--deepep-mode", mode) if mode else ()))
-        env = c.env_list({"NVIDIA_GDRCOPY": "enabled"})
+        env = common.env_list({"NVIDIA_GDRCOPY": "enabled"})
     parallel.append(("--disaggregation-prefill-pp", str(p.pp)))
-    settings = kv.sglang_kv(bp, c.DECODE)
-    return RoleSpec(c.DECODE, "sglang", _lines(bp, port, d.nodes, True, parallel, settings),
+    settings = kv.sglang_kv(bp, common.DECODE)
+    return RoleSpec(common.DECODE, "sglang", _lines(bp, port, d.nodes, True, parallel, settings),
                     _lines(bp, port, d.nodes, False, parallel, settings), env + settings.env, port,
-                    None, settings.privileged, "/health", "/health", "/health", _annotations(bp, c.DECODE))
+                    None, settings.privileged, "/health", "/health", "/health", _annotations(bp, common.DECODE))
 
 
 def _annotations(bp: Blueprint, role: str) -> dict[str, str]:
     out = {"pdlift.io/kv-transfer": f"sglang {bp.kv_transfer.connector} over {bp.kv_transfer.protocol}"}
-    if role == c.DECODE and bp.topology.decode.ep > 1:
+    if role == common.DECODE and bp.topology.decode.ep > 1:
         backend, mode = A2A[bp.engine.all2all_backend]
         out["pdlift.io/all2all"] = all2all_note(bp.engine.all2all_backend, f"{backend}/{mode or 'none'}")
     return out

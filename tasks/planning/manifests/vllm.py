@@ -1,4 +1,4 @@
-"""vLLM prefill and decode command lines (reference §1, vLLM). Pure.
+"""vLLM prefill and decode command lines (docs/sources.md#vllm-multinode). Pure.
 
 Prefill: TP inside a node, PP across the group's nodes with vLLM's multi-node mode (no Ray):
 ``--nnodes N --node-rank R --master-addr LEADER``, workers ``--headless``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
-from tasks.planning.manifests import common as c
+from tasks.planning.manifests import common
 from tasks.planning.manifests import kv
 from tasks.planning.manifests.cmdline import Line, Sh
 from tasks.planning.manifests.pods import RoleSpec
@@ -38,7 +38,7 @@ def kv_cache_dtype(bp: Blueprint) -> str:
 
 def _common(bp: Blueprint, port: int) -> list[Line]:
     e = bp.engine
-    return [("vllm", "serve", c.model_dir(bp)), ("--served-model-name", bp.model.name),
+    return [("vllm", "serve", common.model_dir(bp)), ("--served-model-name", bp.model.name),
             ("--host", "0.0.0.0"), ("--port", str(port)), ("--trust-remote-code",),
             ("--dtype", DTYPES[bp.model.dtype]), ("--kv-cache-dtype", kv_cache_dtype(bp)),
             ("--block-size", str(e.block_size)), ("--gpu-memory-utilization", str(e.gpu_memory_utilization)),
@@ -46,7 +46,7 @@ def _common(bp: Blueprint, port: int) -> list[Line]:
 
 
 def _tail(bp: Blueprint, settings: kv.KvSettings, rendered: list[Line]) -> list[Line]:
-    lines: list[Line] = [tuple(settings.args), ("--shutdown-timeout", str(c.SHUTDOWN_TIMEOUT_S))]
+    lines: list[Line] = [tuple(settings.args), ("--shutdown-timeout", str(common.SHUTDOWN_TIMEOUT_S))]
     extra = check_extra_args(bp.engine.extra_args, rendered + lines)
     return lines + ([tuple(extra)] if extra else [])
 
@@ -71,13 +71,13 @@ def prefill(bp: Blueprint) -> RoleSpec:
     leader, worker = list(base), list(base)
     if p.nodes > 1:
         group = ("--nnodes", str(p.nodes))
-        master = ("--master-addr", LEADER_ADDRESS, "--master-port", str(c.PP_MASTER_PORT))
+        master = ("--master-addr", LEADER_ADDRESS, "--master-port", str(common.PP_MASTER_PORT))
         leader += [group + ("--node-rank", "0") + master]
         worker += [group + ("--node-rank", WORKER_INDEX) + master, ("--headless",)]
-    settings = kv.vllm_kv(bp, c.PREFILL)
-    return RoleSpec(c.PREFILL, "vllm", leader + _tail(bp, settings, leader), worker + _tail(bp, settings, worker),
+    settings = kv.vllm_kv(bp, common.PREFILL)
+    return RoleSpec(common.PREFILL, "vllm", leader + _tail(bp, settings, leader), worker + _tail(bp, settings, worker),
                     settings.env, port, bp.engine.bootstrap_port, settings.privileged,
-                    "/health", "/v1/models", None, _annotations(bp, c.PREFILL),
+                    "/health", "/v1/models", None, _annotations(bp, common.PREFILL),
                     expose_bootstrap=settings.router_bootstrap, worker_bootstrap=not settings.router_bootstrap)
 
 
@@ -91,7 +91,7 @@ def decode(bp: Blueprint) -> RoleSpec:
         base.append(("--data-parallel-size", str(d.dp), "--data-parallel-size-local", str(local)))
     leader, worker = list(base), list(base)
     if d.nodes > 1:
-        address = ("--data-parallel-address", LEADER_ADDRESS, "--data-parallel-rpc-port", str(c.DP_RPC_PORT))
+        address = ("--data-parallel-address", LEADER_ADDRESS, "--data-parallel-rpc-port", str(common.DP_RPC_PORT))
         leader += [("--data-parallel-start-rank", "0") + address]
         worker += [("--data-parallel-start-rank", Sh(f"$((LWS_WORKER_INDEX*{local}))")) + address,
                    ("--headless",)]
@@ -101,19 +101,19 @@ def decode(bp: Blueprint) -> RoleSpec:
         leader.append(moe)
         worker.append(moe)
         # llm-d / Dynamo wide-EP decode settings; GDRCopy is what DeepEP-style kernels use.
-        env = c.env_list({"VLLM_USE_DEEP_GEMM": "1", "VLLM_SKIP_P2P_CHECK": "1",
+        env = common.env_list({"VLLM_USE_DEEP_GEMM": "1", "VLLM_SKIP_P2P_CHECK": "1",
                           "VLLM_RANDOMIZE_DP_DUMMY_INPUTS": "1", "NVIDIA_GDRCOPY": "enabled"})
-    settings = kv.vllm_kv(bp, c.DECODE)
-    return RoleSpec(c.DECODE, "vllm", leader + _tail(bp, settings, leader), worker + _tail(bp, settings, worker),
+    settings = kv.vllm_kv(bp, common.DECODE)
+    return RoleSpec(common.DECODE, "vllm", leader + _tail(bp, settings, leader), worker + _tail(bp, settings, worker),
                     env + settings.env, port, None if settings.router_bootstrap else bp.engine.bootstrap_port,
-                    settings.privileged, "/health", "/v1/models", None, _annotations(bp, c.DECODE),
+                    settings.privileged, "/health", "/v1/models", None, _annotations(bp, common.DECODE),
                     worker_bootstrap=not settings.router_bootstrap)
 
 
 def _annotations(bp: Blueprint, role: str) -> dict[str, str]:
     kvt = bp.kv_transfer
     out = {"pdlift.io/kv-transfer": f"{kv.vllm_connector(bp)} over {kvt.protocol}"}
-    if role == c.DECODE and bp.topology.decode.ep > 1:
+    if role == common.DECODE and bp.topology.decode.ep > 1:
         out["pdlift.io/all2all"] = all2all_note(bp.engine.all2all_backend, ALL2ALL[bp.engine.all2all_backend])
     return out
 

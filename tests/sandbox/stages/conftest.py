@@ -38,8 +38,8 @@ def bp():
 def new_run(tmp_path):
     def make(blueprint, run_id=None):
         rid = run_id or f"t{next(_RUN_IDS):04d}"
-        return open_run(blueprint, str(ROOT / "blueprints" / "sandbox-2p2d.yaml"), rid, LedgerStore(tmp_path / "state"),
-                        now=dt.datetime.now(dt.timezone.utc))
+        return open_run(blueprint, str(ROOT / "blueprints" / "sandbox-2p2d.yaml"), rid,
+                        LedgerStore(tmp_path / "state"), now=dt.datetime.now(dt.timezone.utc))
     return make
 
 
