@@ -1,4 +1,8 @@
-"""`pdlift benchmark BLUEPRINT [--target URL]` and `pdlift gate RESULTS BASELINE --blueprint BP`.
+"""`pdlift benchmark-gate BLUEPRINT` (stage 6), `pdlift benchmark BLUEPRINT [--target URL]` and
+`pdlift gate RESULTS BASELINE --blueprint BP`.
+
+`benchmark-gate` is the stage: the run's candidate measured, judged, then promoted or rolled back,
+and recorded in the run's ledger, as under `migrate`.
 
 `benchmark` runs the blueprint's load points against one endpoint (the production Service's
 first ready endpoint unless --target or --colour says otherwise) and writes the raw requests
@@ -17,6 +21,8 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+
+from cli.common import add_run_id, print_record, resolve_run_id
 
 EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
@@ -44,15 +50,17 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from blueprints.loader import load_blueprint
-    from tasks.adapters.ledger_store import state_dir
     from tasks.stages import benchmark as bench
     from tasks.stages.promote import record_baseline
+    from tasks.wiring import Wiring
 
     bp = load_blueprint(args.blueprint)
     run_id = args.run_id or "cli-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     url = _target(bp, args)
     print(f"benchmarking {bp.name} at {url} (run {run_id})", file=sys.stderr)
-    run = bench.run_benchmark(bp, url, bench.bench_dir(state_dir(), bp.name, run_id), run_id, progress=_progress)
+    wiring = Wiring(bp)
+    run = bench.run_benchmark(bp, url, bench.bench_dir(wiring.state_root, bp.name, run_id), run_id, wiring.load,
+                              progress=_progress)
     summaries = bench.read_results(run.results_path)
     print(f"{'scenario':<12} {'conc':>5} {'done':>5} {'err':>4} {'TTFT ms':>9} {'p99':>9} {'TPOT ms':>8} "
           f"{'p99':>7} {'out tok/s':>10}")
@@ -65,7 +73,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"results: {run.results_path}")
     if args.save_baseline:
-        path = record_baseline(state_dir(), bp, summaries, run_id, args.colour or "production")
+        path = record_baseline(wiring.state_root, bp, summaries, run_id, args.colour or "production")
         print(f"baseline: {path}")
     return 0
 
@@ -90,6 +98,14 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     return EXIT[report.outcome.value]
 
 
+def _cmd_benchmark_gate(args: argparse.Namespace) -> int:
+    from flows.benchmark import benchmark_flow
+
+    run_id = resolve_run_id(args.blueprint, args.run_id)
+    print_record(run_id, benchmark_flow(args.blueprint, run_id, colour=args.colour, target=args.target))
+    return 0
+
+
 def _cmd_rollback(args) -> int:
     from blueprints.loader import load_blueprint
     from tasks.stages import deploy
@@ -110,6 +126,14 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     p.add_argument("--run-id", help="names the run's directory under the state dir (default: cli-<time>)")
     p.add_argument("--save-baseline", action="store_true", help="record this run as the gate's baseline")
     handlers["benchmark"] = _cmd_benchmark
+
+    s = sub.add_parser("benchmark-gate", help="stage 6: benchmark the run's candidate, gate it, then promote it or "
+                                              "roll it back (INCONCLUSIVE waits for an approval in the Prefect UI)")
+    s.add_argument("blueprint")
+    add_run_id(s, "the run whose candidate to judge (default: derived from the blueprint); the stage is recorded")
+    s.add_argument("--colour", choices=["blue", "green"], help="the candidate (default: the one the run deployed)")
+    s.add_argument("--target", help="measure this URL instead of the candidate's router")
+    handlers["benchmark-gate"] = _cmd_benchmark_gate
 
     g = sub.add_parser("gate", help="judge benchmark results against a baseline (exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE)")
     g.add_argument("results", help="results.json written by `pdlift benchmark` or the benchmark stage")

@@ -22,7 +22,8 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     from flows.deploy import deploy_flow
 
     run_id = run_id_of(bp, args.run_id)
-    print_record(run_id, deploy_flow(args.blueprint, run_id, args.colour, args.rollback_on_failure))
+    print_record(run_id, deploy_flow(args.blueprint, run_id, colour=args.colour,
+                                     rollback_on_failure=args.rollback_on_failure))
     return 0
 
 

@@ -62,7 +62,7 @@ def _cmd_stage_weights(args: argparse.Namespace) -> int:
     bar = _Bar()
     try:
         with weights.progress_listener(bar):
-            weights_flow(args.blueprint, args.run_id, nodes, write_manifest=args.write_manifest)
+            weights_flow(args.blueprint, args.run_id, nodes=nodes, write_manifest=args.write_manifest)
     finally:
         bar.close()
     print(render_bar(bar.last))

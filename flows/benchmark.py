@@ -62,8 +62,8 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 
 
 @flow(name="benchmark-gate")
-def benchmark_flow(blueprint_path: str, run_id: str | None = None, colour: Literal["blue", "green"] | None = None,
-                   target: str | None = None) -> GateResult:
+def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
+                   colour: Literal["blue", "green"] | None = None, target: str | None = None) -> GateResult:
     """Args:
         blueprint_path: the blueprint (benchmark scenarios, baseline, gate, promotion).
         run_id: the run whose candidate to judge (default: derived from the blueprint).

@@ -14,7 +14,7 @@ from tasks.planning.records import Deployed
 
 
 @flow(name="deploy")
-def deploy_flow(blueprint_path: str, run_id: str | None = None, colour: str | None = None,
+def deploy_flow(blueprint_path: str, run_id: str | None = None, *, colour: str | None = None,
                 rollback_on_failure: bool = False, poll_s: float = 5.0) -> Deployed:
     """Args:
         blueprint_path: the blueprint.
@@ -32,5 +32,6 @@ def deploy_flow(blueprint_path: str, run_id: str | None = None, colour: str | No
         if rollback_on_failure and not refused_before_any_apply:
             deploy.rollback(run, candidate, wait_s=300.0)
         raise
+    pipeline.done(run, deployed)  # recorded first: the candidate is up whether or not its artifact is
     deploy.publish(deployed)
-    return pipeline.done(run, deployed)
+    return deployed

@@ -18,6 +18,8 @@ def fabric_flow(blueprint_path: str, run_id: str | None = None) -> FabricVerdict
     """
     run = pipeline.start(blueprint_path, run_id)
     try:
-        return pipeline.done(run, fabric.validate(run))
+        verdict = pipeline.done(run, fabric.validate(run))
     finally:
         pipeline_tasks.publish_ledger(run)  # replacements change what the run spends
+    verdict.raise_for_failure()  # recorded first: a failed run still knows which nodes it holds
+    return verdict

@@ -66,11 +66,12 @@ STAGE_FLOWS: dict[str, StageFlow] = {
 
 @flow(name="migrate", log_prints=True)
 def migrate(params: MigrateParams = MigrateParams()) -> dict:
-    run = pipeline.start(params.blueprint, params.run_id)
-    plan_tasks.publish_plan(plan_tasks.plan(run.blueprint))
-    if params.dry_run:
+    blueprint = plan_tasks.load(params.blueprint)
+    plan_tasks.publish_plan(plan_tasks.plan(blueprint))
+    if params.dry_run:  # touches nothing, reads no run state
         return {"dry_run": True, "stages": []}
-    check_capacity_block_approval(run.blueprint, params.approve_capacity_block_purchase)
+    check_capacity_block_approval(blueprint, params.approve_capacity_block_purchase)
+    run = pipeline.start(params.blueprint, params.run_id)
     wanted = [s for s in ALL_STAGES if s in params.stages and s not in params.skip]
     summary = pipeline.run_stages(run, wanted, params.rerun, STAGE_FLOWS)
     return pipeline_tasks.finish(run, summary)

@@ -1,4 +1,8 @@
-"""Teardown flow: release everything tagged with the deployment (or one run of it)."""
+"""Teardown flow: release everything tagged with the deployment (or one run of it).
+
+It reads the blueprint and the resources' tags, not the ledger: a ledger that cannot be read
+never keeps capacity billing. The ledgers it can read get end times and a teardown record.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,23 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows import pipeline
 from tasks import pipeline as pipeline_tasks
+from tasks import plan as plan_tasks
 from tasks import teardown
 from tasks.planning.records import TornDown
 
 
 @flow(name="teardown")
 def teardown_flow(blueprint_path: str, run_id: str | None = None) -> list[str]:
-    run = pipeline.start(blueprint_path, run_id)
-    report = teardown.teardown(run, run_id)
+    bp = plan_tasks.load(blueprint_path)
+    report = teardown.teardown(bp, run_id)
     lines = report.lines() or ["nothing to release"]
     for line in lines:
         get_run_logger().info(line)
     create_markdown_artifact(markdown="## Teardown\n\n" + "\n".join(f"- {l}" for l in lines),
                              key="teardown-report")
-    touched = teardown.mark_released(run, report)
-    for rid in touched:
-        pipeline.done(pipeline.start(blueprint_path, rid), TornDown(len(report.released)))
-    pipeline_tasks.publish_ledgers(run, touched)
+    touched = teardown.mark_released(bp, report)
+    runs = [pipeline.start(blueprint_path, rid) for rid in touched]
+    for run in runs:
+        pipeline.done(run, TornDown(len(report.released)))
+    pipeline_tasks.publish_ledgers(runs)
     return lines

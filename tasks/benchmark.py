@@ -29,11 +29,17 @@ from tasks.stages import benchmark as stage
 from tasks.wiring import Wiring
 
 
+# The persisted results are typed records since this version: a key of its own, so a run
+# suspended by an older pdlift measures again instead of replaying a result it cannot read.
+KEY_VERSION = "v2"
+
+
 def _key(kind: str, parameters: dict) -> str:
     run: Run = parameters["run"]
     where = hashlib.sha256(str(Path(run.blueprint_path).resolve()).encode()).hexdigest()[:12]
     generation = parameters.get("generation") or ""
-    return f"pdlift-{kind}-{where}-{parameters['colour']}-{run.run_id}" + (f"-{generation}" if generation else "")
+    return (f"pdlift-{KEY_VERSION}-{kind}-{where}-{parameters['colour']}-{run.run_id}"
+            + (f"-{generation}" if generation else ""))
 
 
 def ready_url(wiring: Wiring, service: str) -> str:
@@ -50,7 +56,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
     bp, log = run.blueprint, get_run_logger()
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
-        directory = stage.bench_dir(wiring.state_root, bp.name, run.run_id)
+        directory, load = stage.bench_dir(wiring.state_root, bp.name, run.run_id), wiring.load
     progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
                                            description=f"benchmark of {bp.name} ({colour}) against {url}")
 
@@ -60,7 +66,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
             log.info(f"load point {done + 1}/{total}: {spec.scenario} at concurrency {spec.concurrency}, "
                      f"repeat {spec.repeat}")
 
-    measured = stage.run_benchmark(bp, url, directory, run.run_id, progress=progress)
+    measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress)
     for note in measured.notes:
         if note.saturated or not note.input_exact:
             log.warning(f"{note.scenario} @ {note.concurrency}: {note.saturation or note.input_note}")

@@ -18,8 +18,8 @@
     │   ├── WeightVerificationFailed
     │   ├── StackNotReady
     │   │   └── StackFailure     the candidate did not come up: reason class and diagnostics
-    │   └── BenchmarkBelowGate
-    └── ParseError               a tool printed something the parser cannot read
+    │   ├── BenchmarkBelowGate
+    │   └── ParseError           a tool printed something the parser cannot read
 
 Adapters translate vendor exceptions into this tree with ``raise ... from e``, one translator
 per vendor: ``tasks.adapters.aws_client.translate`` (botocore: EC2, EKS, S3, STS),
@@ -164,8 +164,8 @@ class BenchmarkBelowGate(StageFailed):
     """The candidate did not clear the promotion gate."""
 
 
-class ParseError(PdliftError):
-    """A tool's output could not be parsed."""
+class ParseError(StageFailed):
+    """A tool's output could not be parsed: stop, and read what it printed (the message quotes it)."""
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -49,10 +49,9 @@ def _publish(ledger: Ledger) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def publish_ledgers(run: Run, run_ids: list[str]) -> list[str]:
+def publish_ledgers(runs: list[Run]) -> list[str]:
     """The final cost ledger of each run a teardown touched (with end times)."""
-    ledgers = (run.store.load(run.blueprint.name, rid) for rid in run_ids)
-    return [_publish(ledger) for ledger in ledgers if ledger is not None]
+    return [_publish(run.ledger) for run in runs]
 
 
 # --- resume ---------------------------------------------------------------------------------

@@ -32,25 +32,28 @@ class Run:
 
     def record(self, entry: LedgerEntry) -> None:
         """Persist a resource the moment it exists (before anything else can fail)."""
-        self._save(self.ledger.with_entry(entry))
+        self._update(lambda ledger: ledger.with_entry(entry))
 
     def ended(self, kind: str, resource_id: str, at: dt.datetime | None = None) -> None:
-        self._save(self.ledger.ended(kind, resource_id, at or dt.datetime.now(dt.timezone.utc)))
+        self._update(lambda ledger: ledger.ended(kind, resource_id, at or dt.datetime.now(dt.timezone.utc)))
 
     def ended_instance(self, instance_id: str) -> None:
         self.ended("instance", instance_id)
 
     def finish_stage(self, record: StageRecord) -> None:
         """The stage of ``record`` is done (only the pipeline runner calls this)."""
-        self._save(self.ledger.with_record(record))
+        self._update(lambda ledger: ledger.with_record(record))
 
     def reload(self) -> None:
         """Read the ledger again (another flow of this run may have written it since)."""
         self.ledger = self.store.load(self.blueprint.name, self.run_id) or self.ledger
 
-    def _save(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        self.store.save(ledger)
+    def _update(self, change) -> None:
+        # Read, change, write: a stage runs for hours, and what another flow of this run wrote
+        # meanwhile (a teardown's end times) must not be overwritten by this one's old copy.
+        self.reload()
+        self.ledger = change(self.ledger)
+        self.store.save(self.ledger)
 
 
 def open_run(bp: Blueprint, blueprint_path: str, run_id: str | None, store: LedgerStore,

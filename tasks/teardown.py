@@ -5,36 +5,47 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.runs import Run
+from blueprints.schema import Blueprint
+from tasks.errors import ConfigError
 from tasks.stages import teardown as stage
 from tasks.wiring import RegionWiring, Wiring
 
 
 @task(cache_policy=NO_CACHE)
-def teardown(run: Run, run_id: str | None) -> stage.TeardownReport:
-    """Release every resource tagged with this deployment (and run, when given)."""
-    bp = run.blueprint
+def teardown(bp: Blueprint, run_id: str | None) -> stage.TeardownReport:
+    """Release every resource tagged with this deployment (and run, when given). Reads no ledger:
+    tags are the truth, so an unreadable ledger never keeps capacity billing."""
     with Wiring(bp) as wiring:
         found = stage.inventory(wiring.capacity, wiring.instances, bp.name, run_id)
-        return stage.release(found, wiring.capacity, wiring.instances, kube=wiring.kube_nodes_or_none(),
-                             deployments={bp.name})
+        kube, why_not = wiring.kube_nodes_for_cleanup()
+        report = stage.release(found, wiring.capacity, wiring.instances, kube=kube, deployments={bp.name})
+    if why_not:
+        report.kept.append(f"the deployment's namespaces in EKS cluster {bp.aws.eks.cluster}: not reached ({why_not}); "
+                           f"delete them with: kubectl delete namespace -l pdlift.io/deployment={bp.name}")
+        get_run_logger().warning(report.kept[-1])
+    return report
 
 
 @task(cache_policy=NO_CACHE)
-def mark_released(run: Run, report: stage.TeardownReport) -> list[str]:
-    """End what was released in each run's ledger (it stops billing there); the run ids touched."""
-    touched, now = [], dt.datetime.now(dt.timezone.utc)
+def mark_released(bp: Blueprint, report: stage.TeardownReport) -> list[str]:
+    """End what was released in each run's ledger (it stops billing there); the run ids whose
+    ledger could be read. One that cannot is named in the log and left as it is."""
+    touched, now, store = [], dt.datetime.now(dt.timezone.utc), Wiring(bp).ledgers
     for run_id in sorted({f.run_id for f in report.released if f.run_id}):
-        ledger = run.store.load(run.blueprint.name, run_id)
+        try:
+            ledger = store.load(bp.name, run_id)
+        except ConfigError as e:
+            get_run_logger().warning(f"released, but not marked in the run's ledger: {e}")
+            continue
         if ledger is None:
             continue
         for f in report.released:
             if f.run_id == run_id:
                 ledger = ledger.ended(f.kind, f.resource_id, now)
-        run.store.save(ledger)
+        store.save(ledger)
         touched.append(run_id)
     return touched
 

@@ -106,7 +106,7 @@ def stage_weights(bp: Blueprint, nodes: list[SshNode], manifest: Manifest,
             artifacts.finish(snapshot)
 
     with Wiring(bp) as wiring:
-        return stage.stage(wiring.shell, nodes, manifest, bp, get_run_logger(), on_progress, timeout_s)
+        return stage.stage(wiring.shell, nodes, manifest, bp, wiring.environ, get_run_logger(), on_progress, timeout_s)
 
 
 class ProgressArtifacts:

@@ -13,13 +13,15 @@ Where each system is, from standard configuration only (which is also how the sa
     SSH          the blueprint's aws.ssh (PDLIFT_SSH_KEY_FILE overrides its key file)
     S3           boto3's classic engine from the same environment (never the CRT client)
     run state    the ledger store under PDLIFT_STATE_DIR (default ./.pdlift)
+    load         the benchmark's load generator
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from blueprints.schema import Blueprint
 from tasks.adapters import aws_client
@@ -29,11 +31,12 @@ from tasks.adapters.ec2_instances import Ec2Instances
 from tasks.adapters.engine_http import EngineHttp
 from tasks.adapters.kube_apply import KubeApply, api_client_from_kubeconfig
 from tasks.adapters.kube_nodes import KubeNodes
-from tasks.adapters.ledger_store import LedgerStore, state_dir
+from tasks.adapters.ledger_store import LedgerStore
+from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
 from tasks.adapters.s3 import WeightStore, s3_client
 from tasks.adapters.service_routing import ServiceRouting
 from tasks.adapters.ssh import NodeShell, SshSettings
-from tasks.errors import PdliftError
+from tasks.errors import PdliftError, ResourceGone
 
 
 class Wiring:
@@ -112,35 +115,48 @@ class Wiring:
     def routing(self) -> ServiceRouting:
         return ServiceRouting(self.kube_client, self.kube)
 
-    def kube_nodes_or_none(self) -> KubeNodes | None:
-        """The cluster's nodes adapter, or None when there is no cluster to reach (not created yet,
-        or unreachable): teardown still releases what EC2 holds."""
+    def kube_nodes_for_cleanup(self) -> tuple[KubeNodes | None, str]:
+        """(the cluster's nodes adapter, "") or (None, why not): no cluster to reach must not stop
+        a teardown from releasing what EC2 bills. ``why`` is empty when there is no cluster at all."""
         try:
             nodes = self.kube_nodes
             nodes.namespaces("pdlift.io/deployment=" + self.bp.name)
-            return nodes
-        except PdliftError:
-            return None
+            return nodes, ""
+        except ResourceGone:
+            return None, ""  # the EKS cluster does not exist (any more): nothing to clean there
+        except PdliftError as e:
+            return None, f"{type(e).__name__}: {e}"
 
     # --- the GPU nodes and the engines -------------------------------------------------------
 
     @functools.cached_property
     def shell(self) -> NodeShell:
-        return self._keep(NodeShell(SshSettings.from_spec(self.bp.aws.ssh)))
+        return self._keep(NodeShell(SshSettings.from_spec(self.bp.aws.ssh, environ=self._env)))
 
     @functools.cached_property
     def engines(self) -> EngineHttp:
         return self._keep(EngineHttp())
 
+    @property
+    def load(self) -> Callable[[LoadSpec], LoadResult]:
+        """One benchmark load point against a server (the load generator, in its own process)."""
+        return run_load
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment the wiring reads (the weights stager is handed a custom S3 endpoint from it)."""
+        return self._env
+
     # --- run state ---------------------------------------------------------------------------
 
     @functools.cached_property
     def ledgers(self) -> LedgerStore:
-        return LedgerStore()
+        return LedgerStore(self.state_root)
 
     @property
-    def state_root(self):
-        return state_dir()
+    def state_root(self) -> Path:
+        """Where run state lives on this worker: PDLIFT_STATE_DIR, else ./.pdlift."""
+        return Path(self._env.get("PDLIFT_STATE_DIR") or Path.cwd() / ".pdlift")
 
 
 class RegionWiring:

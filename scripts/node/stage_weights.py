@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stage model weights from S3 to this node's NVMe: parallel ranged GETs, verified, resumable.
 
-Shipped to each node over SFTP by ``tasks/weights.py`` and run with the node's system python3
+Shipped to each node over SFTP by ``tasks/stages/weights.py`` and run with the node's system python3
 (3.8+, standard library only; see stager_s3.py for why). The manifest (JSON, from
 ``tasks/planning/staging.py``) arrives on stdin or as a file; credentials only in the environment.
 

@@ -14,10 +14,13 @@ from typing import TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import (BotoCoreError, ClientError, CredentialRetrievalError, EndpointConnectionError,
+                                 HTTPClientError, IncompleteReadError, NoCredentialsError, NoRegionError,
+                                 PartialCredentialsError)
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tasks.errors import (ApiThrottled, CapacityUnavailable, ConfigError, PdliftError, RemoteUnavailable,
-                          RequestRejected, ResourceGone)
+                          RequestRejected, ResourceGone, StageFailed)
 from tasks.planning.aws_errors import THROTTLING, Action, backoff_seconds, classify, fix_for
 
 T = TypeVar("T")
@@ -61,12 +64,17 @@ def translate(e: BaseException, what: str, zone: str | None = None) -> PdliftErr
         if action is Action.FIX_INPUT:
             return ConfigError(f"{text}. Fix: {fix_for(code)}")
         return RequestRejected(f"{text}. Fix: {fix_for(code)}", code=code)
-    if isinstance(e, NoCredentialsError):
-        return ConfigError(f"{what}: no AWS credentials (set a profile, an instance role or the AWS_* environment)")
+    if isinstance(e, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
+        return ConfigError(f"{what}: no usable AWS credentials ({type(e).__name__}); set a profile, an instance "
+                           "role or the AWS_* environment")
+    if isinstance(e, NoRegionError):
+        return ConfigError(f"{what}: no AWS region; set aws.region in the blueprint or AWS_DEFAULT_REGION")
     if isinstance(e, EndpointConnectionError):
         return RemoteUnavailable(f"{what}: cannot reach the AWS endpoint ({e.kwargs.get('endpoint_url', '')})")
-    if isinstance(e, (BotoCoreError, OSError)):
+    if isinstance(e, (BotoConnectionError, HTTPClientError, IncompleteReadError, OSError)):
         return RemoteUnavailable(f"{what}: the AWS endpoint did not answer ({type(e).__name__})")
+    if isinstance(e, BotoCoreError):  # e.g. a request botocore refuses to send (ParamValidationError)
+        return StageFailed(f"{what}: {type(e).__name__}: {e}")
     raise TypeError(f"not a botocore error: {type(e).__name__}")
 
 

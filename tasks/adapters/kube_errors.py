@@ -2,7 +2,7 @@
 
 The same HTTP status means the same thing whichever adapter saw it (``KubeApply``,
 ``KubeNodes``, ``ServiceRouting``), following the API's own status codes
-(https://kubernetes.io/docs/reference/using-api/api-concepts/#http-status-codes):
+(docs/sources.md#kube-status-codes):
 
     401, 403   RequestRejected  our credentials are refused: an EKS access entry is missing
     404        ResourceGone     the object does not exist (callers that read or delete decide)

@@ -49,9 +49,11 @@ class SshSettings:
     retry_delay_s: float = 0.5
 
     @classmethod
-    def from_spec(cls, spec, **overrides) -> "SshSettings":
-        """From a blueprint's ``aws.ssh``; PDLIFT_SSH_KEY_FILE overrides its key_file."""
-        fields = dict(user=spec.user, key_file=os.environ.get("PDLIFT_SSH_KEY_FILE") or spec.key_file,
+    def from_spec(cls, spec, environ=None, **overrides) -> "SshSettings":
+        """From a blueprint's ``aws.ssh``; PDLIFT_SSH_KEY_FILE (in ``environ``, default the process's)
+        overrides its key_file."""
+        environ = os.environ if environ is None else environ
+        fields = dict(user=spec.user, key_file=environ.get("PDLIFT_SSH_KEY_FILE") or spec.key_file,
                       port=spec.port, known_hosts=spec.known_hosts, bastion=spec.bastion,
                       connect_timeout_s=spec.connect_timeout_s, max_parallel=spec.max_parallel)
         return cls(**{**fields, **overrides})

@@ -1,6 +1,6 @@
 """The Prometheus text exposition format (0.0.4), as engines' /metrics endpoints serve it. Pure.
 
-https://prometheus.io/docs/instrumenting/exposition_formats/#text-based-format
+The format: docs/sources.md#prometheus-text-format.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ THROTTLING = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooM
               "SlowDown", "503 SlowDown"}  # S3 answers SlowDown (503) when asked to back off
 SERVER = {"InternalError", "ServerInternal", "ServiceUnavailable", "Unavailable", "InternalFailure"}
 # Codes that mean "no such thing": EC2's *.NotFound / *.Unknown, and S3's (a HEAD carries only the status).
-MISSING = {"NoSuchKey", "NoSuchVersion", "NoSuchUpload", "NotFound", "404"}
+MISSING = {"NoSuchKey", "NoSuchVersion", "NoSuchUpload", "NotFound", "404",
+           "ResourceNotFoundException"}  # EKS, SSM and the other JSON APIs' "no such resource"
 # Credentials and permissions: the operator's to fix (EC2, S3 and STS spell them differently).
 ACCESS = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId",
           "SignatureDoesNotMatch", "ExpiredToken", "InvalidClientTokenId", "403"}

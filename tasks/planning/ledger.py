@@ -4,8 +4,10 @@ A ledger is plain data, saved after each change, so a crashed run can be resumed
 and each run can report its spend per stage. Stage results are the typed records of
 ``tasks.planning.records``; a stage is done when its record is in the ledger.
 
-Recording a pipeline stage again drops the records of the stages after it: they were done on
+Recording a pipeline stage again with other resources (a new reservation, other nodes, another
+candidate: ``records.identity``) drops the records of the stages after it: they were done on
 what it just replaced (new nodes need their fabric proven and their weights staged again).
+Recording the same resources again (an adopted reservation) keeps them.
 
 Stored form (``to_dict``), schema 2::
 
@@ -69,9 +71,12 @@ class Ledger:
         return replace(self, entries=entries)
 
     def with_record(self, record: StageRecord) -> "Ledger":
-        """The stage of ``record`` is done; later pipeline stages are not any more."""
+        """The stage of ``record`` is done; later pipeline stages are not any more, unless the
+        record is about the same resources as the one it replaces."""
         stage = rec.stage_of(record)
-        later = rec.PIPELINE[rec.PIPELINE.index(stage) + 1:] if stage in rec.PIPELINE else ()
+        before = self.records.get(stage)
+        same = before is not None and rec.identity(before) == rec.identity(record)
+        later = rec.PIPELINE[rec.PIPELINE.index(stage) + 1:] if stage in rec.PIPELINE and not same else ()
         kept = {s: r for s, r in self.records.items() if s != stage and s not in later}
         return replace(self, records={**kept, stage: record})
 

@@ -2,7 +2,8 @@
 
     reserve   -> Reserved        the reservation (and placement group) the fleet launches into
     launch    -> Fleet           the nodes, one ``Node`` type everywhere, with their roles and topology
-    fabric    -> FabricVerdict   passed or not, and the fleet after any replacement
+    fabric    -> FabricVerdict   passed or not, and the fleet after any replacement (a failed one
+                                 is recorded too, so the run knows its nodes; it is not "done")
     weights   -> StagedWeights   what each node holds and fetched
     deploy    -> Deployed        the candidate colour that is up and passed its canary
     benchmark -> GateResult      the gate's verdict and what was promoted (a FAIL raises instead)
@@ -21,6 +22,8 @@ import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Union
+
+from tasks.errors import FabricCheckFailed
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ class FabricVerdict:
     results: str                         # where the raw results and the report were written
     replaced: tuple[Replacement, ...]
     fleet: Fleet                         # the fleet after any replacement: what later stages use
+
+    def raise_for_failure(self) -> None:
+        """A failed validation is recorded too (the fleet it leaves may have new nodes), then stops the run."""
+        if not self.passed:
+            raise FabricCheckFailed(self.failure or "fabric validation failed")
 
 
 @dataclass(frozen=True)
@@ -176,6 +184,22 @@ STAGE_TYPES: dict[str, type] = {"reserve": Reserved, "launch": Fleet, "fabric": 
                                 "weights": StagedWeights, "deploy": Deployed, "benchmark": GateResult,
                                 "teardown": TornDown}
 PIPELINE: tuple[str, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
+
+
+def identity(record: StageRecord) -> tuple:
+    """What a record is about: the resources later stages were done on. Recording a stage again
+    with the same identity (an adopted reservation, the same fleet) leaves later stages done."""
+    if isinstance(record, Reserved):
+        return (record.reservation_id,)
+    if isinstance(record, Fleet):
+        return tuple(sorted(record.instance_ids()))
+    if isinstance(record, FabricVerdict):
+        return (record.passed, *sorted(record.fleet.instance_ids()))
+    if isinstance(record, Deployed):
+        return (record.colour, record.generation)
+    if isinstance(record, StagedWeights):
+        return ()  # new bytes on the NVMe do not undo a candidate that already loaded its model
+    return (id(record),)  # the last stage, and teardown: nothing after them to keep or drop
 
 
 def stage_of(record: object) -> str:

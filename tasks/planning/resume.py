@@ -2,8 +2,9 @@
 
 A stage is skipped only if what it made is still there, as observed now:
 - reserve: its reservation is active or pending;
-- launch, fabric, weights: every launched instance is running (fabric and weights were done on
-  exactly those nodes; a replaced or stopped node needs them again);
+- launch, fabric, weights: every node of the run's current fleet is running (fabric and weights
+  were done on exactly those nodes; a replaced or stopped node needs them again), and the fabric
+  verdict passed (a failed one is recorded for the fleet it leaves, not as done);
 - deploy: the fleet is intact and the candidate colour it brought up still exists (a gate FAIL,
   a rejection or a hand rollback deletes it, and the next attempt must deploy again), and it is
   still a candidate: a colour that is live now was promoted, so it counts only if this run's
@@ -59,7 +60,9 @@ def still_done(stage: str, ledger: Ledger, observed: Observed) -> bool:
         return bool(reservation_id(ledger)) and observed.reservation_state in ("active", "pending")
     ids = launched_ids(ledger)
     fleet_intact = bool(ids) and observed.running == frozenset(ids)
-    if stage in ("launch", "fabric", "weights"):
+    if stage == "fabric":
+        return fleet_intact and ledger.records["fabric"].passed  # type: ignore[union-attr]
+    if stage in ("launch", "weights"):
         return fleet_intact
     colour = deployed_colour(ledger)
     promoted_here = bool(colour) and promoted_colour(ledger) == colour

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from blueprints.schema import Blueprint
 from tasks.adapters.ledger_store import write_atomic
-from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
+from tasks.adapters.loadgen import LoadResult, LoadSpec
 from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_results, loads_baseline,
                                           loads_results)
 from tasks.planning.bench_report import render_markdown
@@ -95,7 +95,7 @@ def _raw_document(result: LoadResult) -> str:
                        "records": [asdict(r) for r in result.records]})
 
 
-def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load: Load = run_load,
+def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load: Load,
                   progress: Progress | None = None) -> BenchmarkRun:
     """Run every load point against ``target`` and write the raw records and the summaries."""
     directory = Path(directory)

@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from tasks.adapters.ssh import NodeShell, SshNode, run_on_all
+from tasks.adapters.ssh import SshNode, run_on_all
 from tasks.errors import ParseError, RemoteCommandTimeout, RemoteUnavailable, StageFailed
 from tasks.parsing.nccl_json import with_log
 from tasks.parsing.nccl_tests import parse_nccl_tests
 from tasks.parsing.pingpong import parse_pingpong
 from tasks.planning.fabric import NcclRun, PingpongRun, commands
 from tasks.planning.fabric.outcome import Ran
+from tasks.stages.ports import Shell
 
 OnLine = Callable[[str, str], None]
 _MAX_KEPT_LINES = 20000
@@ -28,7 +29,7 @@ _MAX_KEPT_LINES = 20000
 class Runner:
     """The SSH shell plus where each test's raw output goes (``keep(test_id, ran)``)."""
 
-    def __init__(self, shell: NodeShell, run_id: str, keep: Callable[[str, Ran], None] = lambda t, r: None):
+    def __init__(self, shell: Shell, run_id: str, keep: Callable[[str, Ran], None] = lambda t, r: None):
         self.shell, self.run_id, self._keep = shell, run_id, keep
 
     @property

@@ -27,7 +27,7 @@ from blueprints.schema import Blueprint
 from tasks.adapters.ec2_instances import Instance
 from tasks.adapters.kube_nodes import NodeRecord
 from tasks.adapters.ssh import SshNode
-from tasks.errors import CapacityUnavailable, NotReadyYet, PdliftError, StageFailed
+from tasks.errors import CapacityUnavailable, NotReadyYet, StageFailed
 from tasks.parsing.console_output import parse_console_output
 from tasks.planning import ec2_requests, identity, topology
 from tasks.planning.identity import RunIdentity
@@ -92,8 +92,8 @@ class NodeLifecycle:
             running = self.wait_running(ids)
             self.verify(running)
             return running
-        except PdliftError:
-            self.terminate(ids)  # all or nothing: no partial gang left running
+        except Exception:
+            self.terminate(ids)  # all or nothing: no partial gang left running, whatever went wrong
             raise
 
     def record_instance(self, i: Instance, stage: str, note: str = "billed through the reservation") -> None:
@@ -123,8 +123,10 @@ class NodeLifecycle:
         expected_efa = self.bp.fabric.efa_devices
         for i in running:
             problems = []
-            if self.reserved.reservation_id and i.reservation_id and i.reservation_id != self.reserved.reservation_id:
-                problems.append(f"in reservation {i.reservation_id}, not {self.reserved.reservation_id}")
+            if self.reserved.reservation_id and i.reservation_id != self.reserved.reservation_id:
+                # no reservation at all: EC2 launched it On-Demand, outside the capacity the run holds
+                problems.append(f"in reservation {i.reservation_id or '(none: On-Demand)'}, "
+                                f"not {self.reserved.reservation_id}")
             if self.reserved.placement_group and i.placement_group != self.reserved.placement_group:
                 problems.append(f"in placement group '{i.placement_group}', not {self.reserved.placement_group}")
             if i.efa_interfaces != expected_efa:
@@ -175,6 +177,10 @@ class NodeLifecycle:
               topo: dict[str, list[str]]) -> list[Node]:
         """Give each instance's EKS node its role and topology labels; the nodes as the run knows them."""
         by_id = {n.instance_id: n for n in self.kube.nodes()}
+        gone = [i.instance_id for i in instances if i.instance_id not in by_id]
+        if gone:
+            raise StageFailed(f"instance(s) {', '.join(gone)} left EKS cluster {self.bp.aws.eks.cluster} after "
+                              "joining it; check the nodes' kubelet and the cluster's node events")
         out = []
         for i in instances:
             node, role = by_id[i.instance_id], role_of(i.instance_id)

@@ -16,8 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from blueprints.schema import Blueprint, StagingSpec
@@ -52,7 +51,7 @@ def remote_dir() -> str:
     return f".pdlift/stager/{digest.hexdigest()[:12]}"
 
 
-def stager_env(environ: dict[str, str], region: str) -> dict[str, str]:
+def stager_env(environ: Mapping[str, str], region: str) -> dict[str, str]:
     env = {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
     endpoint = next((environ[k] for k in ENDPOINT_ENV if environ.get(k)), None)
     if endpoint:
@@ -95,12 +94,13 @@ def probe(shell: Shell, nodes: list[SshNode], manifest: Manifest, staging: Stagi
     return [o.value for o in outcomes]
 
 
-def stage(shell: Shell, nodes: list[SshNode], manifest: Manifest, blueprint: Blueprint,
+def stage(shell: Shell, nodes: list[SshNode], manifest: Manifest, blueprint: Blueprint, environ: Mapping[str, str],
           logger: logging.Logger | logging.LoggerAdapter, on_progress: OnProgress = lambda snapshot, final: None,
           timeout_s: float | None = None) -> StagedWeights:
+    """``environ`` is where a custom S3 endpoint and its keys come from (``stager_env``)."""
     board = ProgressBoard([n.name for n in nodes], manifest.total_bytes, len(manifest.entries))
     argv = stager_argv(remote_dir(), "stage", blueprint.staging)
-    env = stager_env(dict(os.environ), blueprint.aws.region)
+    env = stager_env(dict(environ), blueprint.aws.region)
     secrets = [env[k] for k in SECRET_ENV if k in env]
     payload, timeout = manifest.to_json().encode(), timeout_s or stage_timeout_s(manifest.total_bytes)
     on_progress(board.snapshot(), False)

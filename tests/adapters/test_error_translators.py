@@ -11,7 +11,7 @@ import threading
 import boto3
 import paramiko
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, NoCredentialsError, ParamValidationError, ReadTimeoutError
 from botocore.stub import Stubber
 from kubernetes import client as k8s
 
@@ -52,13 +52,16 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def api_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server
-    server.shutdown()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        _Answers.status, _Answers.message = 500, "the answer the test chose"
 
 
 def _api(host: str) -> k8s.ApiClient:
@@ -110,7 +113,6 @@ def test_a_missing_object_is_gone_for_reads_and_deletes_but_a_missing_kind_is_a_
     assert type(kube_errors.translate(kube_errors.HttpStatus(404, b'{"reason": "NotFound"}'), "read")) is ResourceGone
     not_served = kube_errors.HttpStatus(404, json.dumps({"message": kube_errors.NOT_SERVED}).encode())
     assert type(kube_errors.translate(not_served, "apply LeaderWorkerSet")) is StageFailed
-    _Answers.message = "the answer the test chose"
 
 
 # --- botocore: EC2, EKS and S3 share one table ------------------------------------------------
@@ -133,14 +135,20 @@ def _client_error(code: str, status: int, operation: str) -> ClientError:
 def test_an_aws_error_code_is_the_same_project_error_from_ec2_and_from_s3(code, status, expected, monkeypatch):
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
-    ec2 = aws_client.translate(_client_error(code, status, "DescribeInstances"), "DescribeInstances")
+    ec2_client = boto3.client("ec2", region_name="us-east-2")
+    with Stubber(ec2_client) as stub:  # through the EC2 adapters' own call path (one attempt)
+        stub.add_client_error("describe_instances", service_error_code=code, http_status_code=status)
+        with pytest.raises(Exception) as raised:
+            aws_client.call(ec2_client.describe_instances, "DescribeInstances", attempts=1)
+    ec2 = raised.value
     s3 = boto3.client("s3", region_name="us-east-2")
     with Stubber(s3) as stub:
         stub.add_client_error("list_objects_v2", service_error_code=code, http_status_code=status)
         with pytest.raises(Exception) as caught:
             WeightStore(s3).list_objects("pdlift-weights", "model/")
     assert type(ec2) is type(caught.value) is expected
-    assert code in str(ec2) and code in str(caught.value) and caught.value.__cause__ is not None
+    assert code in str(ec2) and code in str(caught.value)
+    assert ec2.__cause__ is not None and caught.value.__cause__ is not None  # the AWS error is kept
 
 
 def test_an_s3_head_that_carries_only_a_status_is_read_by_its_status():
@@ -148,6 +156,13 @@ def test_an_s3_head_that_carries_only_a_status_is_read_by_its_status():
     assert type(aws_client.translate(bare, "HeadObject")) is ResourceGone
     assert type(aws_client.translate(ClientError({"Error": {}, "ResponseMetadata": {"HTTPStatusCode": 503}},
                                                  "HeadObject"), "HeadObject")) is RemoteUnavailable
+
+
+def test_botocore_failures_without_an_answer_are_split_by_what_to_do():
+    assert type(aws_client.translate(NoCredentialsError(), "s3://b/k")) is ConfigError
+    assert type(aws_client.translate(ReadTimeoutError(endpoint_url="https://s3"), "s3://b/k")) is RemoteUnavailable
+    refused = aws_client.translate(ParamValidationError(report="Bucket is required"), "s3://b/k")
+    assert type(refused) is StageFailed  # not transient: retrying the same bad request cannot help
 
 
 # --- paramiko ---------------------------------------------------------------------------------

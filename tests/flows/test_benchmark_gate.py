@@ -33,7 +33,7 @@ def task_results(tmp_path):
 def _flow(path: Path, run_id: str):
     from flows.benchmark import benchmark_flow
 
-    return benchmark_flow(str(path), run_id, "green")
+    return benchmark_flow(str(path), run_id, colour="green")
 
 
 def _production_colour(stacks) -> str:

@@ -176,6 +176,8 @@ def test_a_replacement_is_verified_joined_labelled_in_its_predecessors_role_and_
      "in reservation cr-other, not cr-run"),
     ({"placement_group": "pg-run", "reservation_id": "cr-run", "efa_interfaces": 15},
      "15 EFA interfaces, expected 16"),
+    ({"placement_group": "pg-run", "reservation_id": "", "efa_interfaces": 16},
+     r"in reservation \(none: On-Demand\), not cr-run"),
 ])
 def test_a_replacement_that_lands_outside_the_runs_placement_is_refused_and_terminated(lands_in, problem):
     ec2 = FakeEc2()

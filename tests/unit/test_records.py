@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tasks.adapters.ledger_store import LedgerStore
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, FabricCheckFailed
 from tasks.planning import records
 from tasks.planning.ledger import SCHEMA_VERSION, Ledger, LedgerEntry, LedgerFormatError
 from tasks.planning.records import (Deployed, FabricVerdict, Fleet, GateResult, GateVerdict, Node, NodeWeights,
@@ -112,12 +112,33 @@ def test_recording_a_stage_again_drops_what_later_stages_did_on_its_predecessor(
     ledger = Ledger("d", "r", "2026-11-29T10:00:00Z")
     for record in ONE_OF_EACH[:6]:
         ledger = ledger.with_record(record)
-    relaunched = ledger.with_record(replace(FLEET, launch_template_id="lt-2"))
+    relaunched = ledger.with_record(replace(FLEET, nodes=(replace(NODES[0], instance_id="i-new"), NODES[1])))
     assert relaunched.stages_done == ("reserve", "launch")
-    assert relaunched.fleet().launch_template_id == "lt-2"
+    assert "i-new" in relaunched.fleet().instance_ids()
     redeployed = ledger.with_record(replace(ONE_OF_EACH[4], colour="blue"))
     assert redeployed.stages_done == ("reserve", "launch", "fabric", "weights", "deploy")
     assert ledger.with_record(TornDown(3)).stages_done == (*records.PIPELINE, "teardown")
+
+
+def test_recording_the_same_resources_again_keeps_what_later_stages_did():
+    ledger = Ledger("d", "r", "2026-11-29T10:00:00Z")
+    for record in ONE_OF_EACH[:6]:
+        ledger = ledger.with_record(record)
+    adopted = ledger.with_record(replace(ONE_OF_EACH[0], adopted=True))  # `pdlift reserve` again
+    assert adopted.stages_done == records.PIPELINE and adopted.reserved().adopted
+    relaunched = ledger.with_record(replace(FLEET, shared_layer=2))      # the same instances
+    assert relaunched.stages_done == records.PIPELINE
+    other = ledger.with_record(replace(ONE_OF_EACH[0], reservation_id="cr-2"))
+    assert other.stages_done == ("reserve",)
+
+
+def test_a_failed_fabric_verdict_keeps_the_fleet_it_leaves_and_stops_the_run():
+    failed = replace(ONE_OF_EACH[2], passed=False, failure="pairwise: node i-c is ISOLATE")
+    ledger = Ledger("d", "r", "2026-11-29T10:00:00Z").with_record(FLEET).with_record(failed)
+    assert ledger.fleet() == REPLACED  # the replacement is what the run holds now
+    with pytest.raises(FabricCheckFailed, match="node i-c is ISOLATE"):
+        failed.raise_for_failure()
+    ONE_OF_EACH[2].raise_for_failure()  # a passed one does not raise
 
 
 def test_the_current_fleet_is_the_one_after_fabric_replacements():

@@ -68,6 +68,12 @@ def test_a_deploy_whose_candidate_was_rolled_back_runs_again():
     assert still_done("weights", DONE, replace(ALL_THERE, candidate_present=False))
 
 
+def test_a_fabric_verdict_that_failed_is_not_done_though_it_is_recorded():
+    failed = replace(DONE, records={**DONE.records, "fabric": replace(DONE.records["fabric"], passed=False)})
+    assert not still_done("fabric", failed, ALL_THERE)
+    assert still_done("launch", failed, ALL_THERE)
+
+
 def test_a_ledger_without_the_outputs_it_needs_never_skips():
     bare = replace(DONE, records={"reserve": replace(DONE.records["reserve"], reservation_id=""),
                                   "launch": replace(FLEET, nodes=()), "deploy": replace(DEPLOYED, colour="")})

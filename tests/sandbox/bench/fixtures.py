@@ -178,13 +178,14 @@ def colour_stacks(kube_sandbox, kube_client, tmp_path_factory):
 def blue_baseline(colour_stacks, tmp_path_factory) -> Path:
     """The blue colour measured by the benchmark stage and recorded as the baseline, as a
     promotion of blue would have left it: ``<state>/baselines/<name>.json`` in a state dir of its own."""
+    from tasks.adapters.loadgen import run_load
     from tasks.stages import benchmark as bench
     from tasks.stages.promote import record_baseline
 
     bp, state = colour_stacks.blueprint, tmp_path_factory.mktemp("baseline-state")
     url = next(e.url for e in colour_stacks.routing.endpoints(bp.name, router_name("blue")) if e.ready)
     for _ in range(3):  # a client saturated by a burst of other work on this machine measures again
-        run = bench.run_benchmark(bp, url, bench.bench_dir(state, bp.name, "blue-run"), "blue-run")
+        run = bench.run_benchmark(bp, url, bench.bench_dir(state, bp.name, "blue-run"), "blue-run", run_load)
         if not any(s.client_saturated for s in bench.read_results(run.results_path)):
             break
     return record_baseline(state, bp, bench.read_results(run.results_path), "blue-run", "blue")

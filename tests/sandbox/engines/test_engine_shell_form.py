@@ -11,7 +11,7 @@ from .client import completion, fetch, run
 
 KV = json.dumps({"kv_connector": "MooncakeConnector", "kv_role": "kv_producer",
                  "kv_load_failure_policy": "fail", "kv_connector_extra_config": {"mooncake_protocol": "efa"}})
-# The reference prefill command (pd-serving-k8s.md §1), as the rendered manifest carries it.
+# The reference prefill command (docs/sources.md#vllm-multinode), as the rendered manifest carries it.
 PREFILL_SCRIPT = (
     "vllm serve pdlift/tiny --port $ENGINE_PORT --trust-remote-code "
     "--tensor-parallel-size 8 --pipeline-parallel-size 2 "
@@ -63,7 +63,7 @@ def test_python_in_a_shell_command_substitution_still_reaches_the_real_interpret
     assert "server_args: model_path=m" in engine.log()
 
 
-# The reference decode command (pd-serving-k8s.md §1), scaled to 2 DP ranks per pod.
+# The reference decode command (docs/sources.md#vllm-multinode), scaled to 2 DP ranks per pod.
 DECODE_SCRIPT = (
     "vllm serve pdlift/tiny --port $ENGINE_PORT --trust-remote-code --kv-cache-dtype fp8 "
     "--enable-expert-parallel --tensor-parallel-size 1 "

@@ -36,7 +36,12 @@ def test_without_one_the_cluster_comes_from_eks_describe_cluster_with_a_presigne
     assert "eks:DescribeCluster" in made
 
 
-def test_teardown_gets_no_cluster_adapter_when_the_cluster_cannot_be_reached(bp, tmp_path):
+def test_teardown_gets_no_cluster_adapter_when_the_cluster_cannot_be_reached_and_is_told_why(bp, tmp_path):
     dead = _kubeconfig(tmp_path / "dead", bp.aws.eks.cluster, "http://127.0.0.1:9")
     with Wiring(bp, environ={"KUBECONFIG": dead}) as wiring:
-        assert wiring.kube_nodes_or_none() is None
+        nodes, why = wiring.kube_nodes_for_cleanup()
+    assert nodes is None and why.startswith("RemoteUnavailable") and "cannot reach the Kubernetes API" in why
+    wrong = _kubeconfig(tmp_path / "wrong", "someone-elses-cluster", "http://127.0.0.1:9")
+    with Wiring(bp, environ={"KUBECONFIG": wrong}) as wiring:
+        nodes, why = wiring.kube_nodes_for_cleanup()
+    assert nodes is None and why.startswith("ConfigError") and "someone-elses-cluster" in why
