@@ -83,12 +83,14 @@ def _calls(api: k8s.ApiClient):
 @pytest.mark.parametrize("status", sorted(KUBE_STATUS))
 def test_every_kubernetes_adapter_maps_an_http_status_to_the_same_project_error(api_server, status):
     _Answers.status = status
-    raised = {}
+    raised, messages = {}, {}
     for name, call in _calls(_api(f"http://127.0.0.1:{api_server.server_port}")).items():
         with pytest.raises(Exception) as caught:
             call()
-        raised[name] = type(caught.value)
+        raised[name], messages[name] = type(caught.value), str(caught.value)
     assert set(raised.values()) == {KUBE_STATUS[status]}, raised
+    if status in (401, 403):  # whichever adapter: the fix is the same access entry
+        assert all("refused our credentials" in m and "access entry" in m for m in messages.values()), messages
 
 
 def test_every_kubernetes_adapter_calls_an_unreachable_api_remote_unavailable():

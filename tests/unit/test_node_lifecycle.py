@@ -121,9 +121,14 @@ class FakeKube:
 
     ec2: FakeEc2
     labels: dict = field(default_factory=dict)
+    never_join: bool = False  # from now on, new nodes' kubelets never register (bad user data, no route)
+    _joined: set = field(default_factory=set)
 
     def nodes(self, label_selector: str = "") -> list[NodeRecord]:
         running = [i for i in self.ec2.describe() if i.state == "running"]
+        if not self.never_join:
+            self._joined |= {i.instance_id for i in running}
+        running = [i for i in running if i.instance_id in self._joined]
         return [NodeRecord(f"ip-{i.instance_id}", i.instance_id, dict(self.labels.get(f"ip-{i.instance_id}", {})),
                            True, {GPU: str(BP.fabric.gpus), EFA: str(BP.fabric.efa_devices)}) for i in running]
 
@@ -137,9 +142,10 @@ class FakeKube:
         pass
 
 
-def lifecycle(ec2: FakeEc2, clock: FakeClock | None = None) -> tuple[NodeLifecycle, list, list]:
+def lifecycle(ec2: FakeEc2, clock: FakeClock | None = None,
+              kube: FakeKube | None = None) -> tuple[NodeLifecycle, list, list]:
     recorded, ended = [], []
-    nodes = NodeLifecycle(BP, RUN, RESERVED, ec2, FakeKube(ec2), recorded.append, ended.append,
+    nodes = NodeLifecycle(BP, RUN, RESERVED, ec2, kube or FakeKube(ec2), recorded.append, ended.append,
                           (clock or FakeClock()).clock())
     return nodes, recorded, ended
 
@@ -233,3 +239,15 @@ def test_a_replacement_whose_old_node_never_goes_away_launches_nothing():
     with pytest.raises(StageFailed, match="still not terminated after 600 s"):
         nodes.replace(old, "lt-1")
     assert len(ec2.describe()) == 4
+
+
+def test_a_replacement_that_never_joins_eks_is_terminated_and_the_stage_says_why():
+    ec2, clock = FakeEc2(), FakeClock()
+    kube = FakeKube(ec2)
+    nodes, _, ended = lifecycle(ec2, clock, kube)
+    fleet = fleet_of(ec2, nodes)
+    kube.never_join = True  # the launched fleet joined; what launches from now on does not
+    with pytest.raises(StageFailed, match=r"did not join EKS cluster .* within 60s; it is terminated"):
+        nodes.replace(fleet[0], "lt-1")
+    (new,) = [i for i in ec2.describe() if i.instance_id not in {n.instance_id for n in fleet}]
+    assert new.state in ("shutting-down", "terminated") and ended == [fleet[0].instance_id, new.instance_id]

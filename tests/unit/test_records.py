@@ -40,6 +40,13 @@ def test_every_stage_record_reads_back_as_the_same_value_through_plain_json(reco
     assert records.record_for(records.stage_of(record), stored) == record
 
 
+def test_a_whole_number_where_a_float_is_expected_reads_as_a_float():
+    # JSON writes 35.0 as 35 in some writers (and schema 1 ledgers were written by hand-built dicts)
+    staged = records.record_for("weights", {"nodes": [{"node": "i-a", "bytes_total": 9, "bytes_fetched": 9,
+                                                       "seconds": 2}]})
+    assert staged.nodes[0].seconds == 2.0 and isinstance(staged.nodes[0].seconds, float)
+
+
 def test_each_record_type_belongs_to_one_stage_and_the_pipeline_is_in_order():
     assert [records.stage_of(r) for r in ONE_OF_EACH[:6]] == list(records.PIPELINE)
     assert records.stage_of(TornDown(0)) == "teardown"
