@@ -144,3 +144,24 @@ def test_every_action_the_stage_made_is_in_the_iam_policy(aws_env, adapters, bp,
 def test_a_reservation_id_ec2_no_longer_knows_reads_as_gone_so_a_resumed_run_reserves_again(adapters):
     # e.g. the ledger of an old run after the sandbox (or the account's history) forgot it
     assert adapters.capacity.reservation("cr-0123456789abcdef0") is None
+
+
+def test_a_capacity_block_is_bought_once_recorded_with_its_upfront_fee_and_adopted_on_a_rerun(
+        aws_env, adapters, bp, new_run):
+    cap = bp.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 24,
+                                             "max_upfront_usd": 10_000})
+    block_bp = bp.model_copy(update={"aws": bp.aws.model_copy(update={"capacity": cap})})
+    run = new_run(block_bp)
+    reserved = stage.reserve(block_bp, run.identity, adapters.capacity, run.record, FAST)
+    assert reserved.capacity_block and not reserved.adopted and reserved.placement_group is None
+    (bought,) = aws_env.admin.requests(action="PurchaseCapacityBlock")
+    entry = next(e for e in run.ledger.entries if e.kind == "capacity-block")
+    assert entry.resource_id == reserved.reservation_id and entry.usd_per_hour == 0.0
+    assert entry.upfront_usd > 0 and "cannot be cancelled" in entry.note
+    assert bought["params"]["CapacityBlockOfferingId"].startswith("cb-")
+    again = stage.reserve(block_bp, run.identity, adapters.capacity, run.record, FAST)
+    assert again.adopted and again.reservation_id == reserved.reservation_id
+    assert len(aws_env.admin.requests(action="PurchaseCapacityBlock")) == 1  # never a second block
+    report = teardown.release(teardown.inventory(adapters.capacity, adapters.instances, block_bp.name, None),
+                              adapters.capacity, adapters.instances, FAST)
+    assert any(reserved.reservation_id in kept and "cannot be cancelled" in kept for kept in report.kept)
