@@ -9,7 +9,7 @@ connector combinations) live in ``blueprints.rules`` so each can name the field 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -248,7 +248,16 @@ Metric = Literal[
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "itl_mean", "e2e_mean", "e2e_p99",
     "output_tokens_per_s", "request_throughput", "goodput", "error_rate",
+    # What the engines and the GPUs say about a load point (tasks/planning/server_figures.py):
+    "prefill_queue_ms_mean", "decode_queue_ms_mean", "kv_transfer_ms_mean", "kv_transfer_mib_mean",
+    "spec_acceptance", "prefill_gpu_util", "decode_gpu_util",
 ]
+# Server-side figures explain a latency change more than they define one: a rule on one is
+# report-only unless it says otherwise.
+SERVER_METRICS: tuple[str, ...] = (
+    "prefill_queue_ms_mean", "decode_queue_ms_mean", "kv_transfer_ms_mean", "kv_transfer_mib_mean",
+    "spec_acceptance", "prefill_gpu_util", "decode_gpu_util",
+)
 
 
 class GateRule(Frozen):
@@ -261,6 +270,30 @@ class GateRule(Frozen):
     )
     critical: bool = False
     report_only: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_figures_report_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("metric") in SERVER_METRICS and "report_only" not in data:
+            return {**data, "report_only": True}
+        return data
+
+
+class GpuExporterSpec(Frozen):
+    """Where the cluster's DCGM exporter runs (the GPU operator's defaults); none found: no GPU figures."""
+
+    namespace: Name = "gpu-operator"
+    selector: dict[str, str] = Field(default_factory=lambda: {"app": "nvidia-dcgm-exporter"})
+    port: Annotated[int, Field(ge=1, le=65535)] = 9400
+
+
+class ServerMetricsSpec(Frozen):
+    """The engines' and GPUs' Prometheus endpoints, read before, during and after each load point."""
+
+    enabled: bool = True
+    # Gauges (GPU utilisation, SGLang's last-transfer figures) are sampled this often during a point.
+    interval_s: Annotated[float, Field(ge=0.5, le=300)] = 5.0
+    gpu_exporter: GpuExporterSpec = GpuExporterSpec()
 
 
 class GateSpec(Frozen):
@@ -275,6 +308,7 @@ class BenchmarkSpec(Frozen):
     scenarios: list[Scenario] = Field(min_length=1)
     repeats: PositiveInt = 3
     mode: Literal["concurrency", "poisson"] = "concurrency"
+    server_metrics: ServerMetricsSpec = ServerMetricsSpec()
 
     @field_validator("scenarios")
     @classmethod

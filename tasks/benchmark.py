@@ -18,7 +18,7 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                update_progress_artifact)
 from prefect.events import emit_event
 
-from tasks.errors import StackNotReady
+from tasks.errors import PdliftError, StackNotReady
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.identity import artifact_key
 from tasks.planning.manifests.common import stable_namespace
@@ -26,6 +26,7 @@ from tasks.planning.manifests.router import router_name
 from tasks.planning.records import GateVerdict
 from tasks.runs import Run
 from tasks.stages import benchmark as stage
+from tasks.stages.benchmark_server import ServerMetrics
 from tasks.wiring import Wiring
 
 
@@ -57,20 +58,37 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
         directory, load = stage.bench_dir(wiring.state_root, bp.name, run.run_id), wiring.load
-    progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
-                                           description=f"benchmark of {bp.name} ({colour}) against {url}")
+        progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
+                                               description=f"benchmark of {bp.name} ({colour}) against {url}")
 
-    def progress(done: int, total: int, spec) -> None:
-        update_progress_artifact(progress_id, 100.0 * done / total)
-        if done < total:
-            log.info(f"load point {done + 1}/{total}: {spec.scenario} at concurrency {spec.concurrency}, "
-                     f"repeat {spec.repeat}")
+        def progress(done: int, total: int, spec) -> None:
+            update_progress_artifact(progress_id, 100.0 * done / total)
+            if done < total:
+                log.info(f"load point {done + 1}/{total}: {spec.scenario} at concurrency {spec.concurrency}, "
+                         f"repeat {spec.repeat}")
 
-    measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress)
+        server = _server_metrics(wiring, colour, log)
+        measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress,
+                                       server=server.around if server else None)
     for note in measured.notes:
         if note.saturated or not note.input_exact:
             log.warning(f"{note.scenario} @ {note.concurrency}: {note.saturation or note.input_note}")
     return measured
+
+
+def _server_metrics(wiring: Wiring, colour: str, log) -> ServerMetrics | None:
+    """The candidate's engines and GPUs to read around each point; None when switched off or
+    the cluster cannot say where they are (the benchmark itself goes on)."""
+    if not wiring.bp.benchmark.server_metrics.enabled:
+        return None
+    try:
+        server = ServerMetrics(wiring.bp, wiring.kube, wiring.engines, colour)
+    except PdliftError as e:
+        log.warning(f"server-side figures not measured: {e}")
+        return None
+    for note in server.notes:
+        log.warning(f"server-side figures: {note}")
+    return server
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("gate", p), persist_result=True)

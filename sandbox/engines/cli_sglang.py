@@ -58,6 +58,10 @@ def build_parser(prog: str = "launch_server.py") -> argparse.ArgumentParser:
     p.add_argument("--dp-size", "--data-parallel-size", "--dp", type=int, default=1)
     p.add_argument("--dist-init-addr", "--nccl-init-addr")
     p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"])
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
     p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS)
@@ -102,6 +106,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None, prog: str = "launc
         block_size=a.page_size, tp=a.tp_size, pp=a.pp_size, dp=a.dp_size, max_model_len=a.context_length,
         max_num_seqs=a.max_running_requests, metrics_enabled=a.enable_metrics, env=env,
         expect_prefill_pp=a.disaggregation_prefill_pp, api_ports=[a.port],
+        spec_tokens=(a.speculative_num_steps or 3) if a.speculative_algorithm else 0,
     )
     if a.nnodes > 1:
         if not a.dist_init_addr or ":" not in a.dist_init_addr:

@@ -34,7 +34,7 @@ _IGNORED: list[tuple[tuple[str, ...], dict]] = [
     (("--disable-log-requests",), {"action": "store_true"}), (("--enable-log-requests",), {"action": "store_true"}),
     (("--disable-log-stats",), {"action": "store_true"}), (("--distributed-executor-backend",), {}),
     (("--enforce-eager",), {"action": "store_true"}), (("--compilation-config", "-O"), {}),
-    (("--speculative-config",), {}), (("--reasoning-parser",), {}), (("--tool-call-parser",), {}),
+    (("--reasoning-parser",), {}), (("--tool-call-parser",), {}),
     (("--enable-auto-tool-choice",), {"action": "store_true"}), (("--chat-template",), {}),
     (("--tokenizer",), {}), (("--revision",), {}), (("--tokenizer-mode",), {}),
     (("--enable-eplb",), {"action": "store_true"}), (("--eplb-config",), {}),
@@ -70,6 +70,7 @@ def build_parser(prog: str = "vllm serve") -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, default=29501)
     p.add_argument("--headless", action="store_true")
     p.add_argument("--kv-transfer-config", type=_json_arg)
+    p.add_argument("--speculative-config", type=_json_arg)
     p.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default="auto")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-model-len", type=parse_size, default=202_752)
@@ -150,6 +151,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None, prog: str = "vllm 
         max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
         shutdown_timeout_s=a.shutdown_timeout, serves_api=not a.headless, env=env,
         supervisor_port=a.data_parallel_supervisor_port,
+        spec_tokens=int((a.speculative_config or {}).get("num_speculative_tokens") or 0),
     )
     if a.nnodes > 1:
         if not 0 <= a.node_rank < a.nnodes:

@@ -81,6 +81,7 @@ class EngineConfig:
     supervisor_port: int = 0
     bootstrap_port: int = 0  # the KV bootstrap / side-channel port a prefill serves
     expect_prefill_pp: int = 1  # SGLang decode --disaggregation-prefill-pp
+    spec_tokens: int = 0  # speculative decoding: tokens drafted per step (0: off)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property

@@ -149,8 +149,8 @@ async def handle(state: EngineState, request: web.Request, chat: bool, producer:
     t_queue = time.time()
     await state.slots.acquire()
     state.waiting -= 1
-    state.metrics.observe(state.prefix + "request_queue_time_seconds", time.time() - t_queue)
-    state.running += 1
+    state.metrics.observe(state.queue_metric, time.time() - t_queue)
+    state.admitted()
     try:
         first_due = None
         if remote:
@@ -168,6 +168,7 @@ async def handle(state: EngineState, request: web.Request, chat: bool, producer:
                 # The KV's ready time is known now: answer the router at once and let the decode
                 # engine wait for it, so router hops stay out of the measured TTFT.
                 producer.park(transfer_id, req.prompt_tokens, first_due)
+                state.activity.busy_until(first_due)   # the modelled prefill still runs on the GPUs
                 response = Emitter(state, req, out_len, finish, kv_out, fail_now).respond_ahead(first_due)
                 state.finished_one()
                 return response
@@ -178,7 +179,7 @@ async def handle(state: EngineState, request: web.Request, chat: bool, producer:
         state.finished_one()
         return response
     finally:
-        state.running -= 1
+        state.released()
         state.slots.release()
 
 

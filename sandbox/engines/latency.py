@@ -58,6 +58,9 @@ class LatencyModel:
     tpot_alpha: float = 0.0286
     tpot_per_ctx_token_s: float = 5.0e-8
     tpot_scale: float = 1.0
+    # With speculative decoding on (--speculative-config / --speculative-num-draft-tokens): the
+    # share of drafted tokens the target model accepts (MTP on GLM-class models: 0.6-0.9).
+    spec_acceptance: float = 0.7
     prefill_slots: int = 0
 
     @classmethod

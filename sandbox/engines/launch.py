@@ -7,6 +7,7 @@ Recognised commands (as a container would have them):
   vllm-router ...                                   -> vLLM router
   python[3] -m sglang_router.launch_router ...      -> SGLang router
   mooncake_master ...                               -> Mooncake master
+  dcgm-exporter ...                                 -> the DCGM exporter of one GPU node
   sh|bash -c 'SCRIPT' ...                           -> the real shell runs SCRIPT with ``vllm``,
       ``vllm-router``, ``mooncake_master``, ``python`` and ``python3`` shimmed on PATH: env vars and
       ``$( ... )`` expand for real, engine commands re-enter here, any other ``python`` use goes
@@ -137,6 +138,10 @@ def dispatch(argv: list[str]) -> int:
         from sandbox.engines import mooncake_master
 
         return mooncake_master.main(argv[1:])
+    if name == "dcgm-exporter":
+        from sandbox.engines import dcgm
+
+        return dcgm.main(argv[1:])
     if name.startswith("python"):
         module, rest = _python_module(argv[1:])
         if module == "sglang.launch_server":

@@ -44,7 +44,10 @@ class Registry:
         self.base = dict(base_labels or {})
         self._help: dict[str, tuple[str, str]] = {}
         self._counters: dict[tuple[str, tuple], float] = {}
-        self._histograms: dict[str, Histogram] = {}
+        # name -> (buckets, labelled, {labels: series}); an unlabelled histogram has its one
+        # series from the start, a labelled one a series per label set once observed (as
+        # prometheus_client renders them).
+        self._histograms: dict[str, tuple[tuple[float, ...], bool, dict[tuple, Histogram]]] = {}
         self._gauges: dict[str, Callable[[], list[tuple[dict[str, str], float]]]] = {}
 
     def counter(self, name: str, help_text: str) -> None:
@@ -54,16 +57,21 @@ class Registry:
         self._help[name] = ("gauge", help_text)
         self._gauges[name] = read
 
-    def histogram(self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+    def histogram(self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS,
+                  labelled: bool = False) -> None:
         self._help[name] = ("histogram", help_text)
-        self._histograms[name] = Histogram(buckets)
+        self._histograms[name] = (buckets, labelled, {} if labelled else {(): Histogram(buckets)})
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())))
         self._counters[key] = self._counters.get(key, 0.0) + value
 
-    def observe(self, name: str, value: float) -> None:
-        self._histograms[name].observe(value)
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        buckets, _, series = self._histograms[name]
+        key = tuple(sorted(labels.items()))
+        if key not in series:
+            series[key] = Histogram(buckets)
+        series[key].observe(value)
 
     def value(self, name: str, **labels: str) -> float:
         return self._counters.get((name, tuple(sorted(labels.items()))), 0.0)
@@ -81,14 +89,14 @@ class Registry:
                 for labels, value in self._gauges[name]():
                     lines.append(f"{name}{_labels({**self.base, **labels})} {_num(value)}")
             else:
-                hist = self._histograms[name]
-                cumulative = 0
-                for bound, count in zip(hist.buckets, hist.counts):
-                    cumulative += count
-                    le = {**self.base, "le": _num(bound)}
-                    lines.append(f"{name}_bucket{_labels(le)} {cumulative}.0")
-                cumulative += hist.counts[-1]
-                lines.append(f"{name}_bucket{_labels({**self.base, 'le': '+Inf'})} {cumulative}.0")
-                lines.append(f"{name}_count{_labels(self.base)} {cumulative}.0")
-                lines.append(f"{name}_sum{_labels(self.base)} {_num(hist.sum)}")
+                for key, hist in self._histograms[name][2].items():
+                    labels = {**self.base, **dict(key)}
+                    cumulative = 0
+                    for bound, count in zip(hist.buckets, hist.counts):
+                        cumulative += count
+                        lines.append(f"{name}_bucket{_labels({**labels, 'le': _num(bound)})} {cumulative}.0")
+                    cumulative += hist.counts[-1]
+                    lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {cumulative}.0")
+                    lines.append(f"{name}_count{_labels(labels)} {cumulative}.0")
+                    lines.append(f"{name}_sum{_labels(labels)} {_num(hist.sum)}")
         return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from sandbox.engines import api, group
 from sandbox.engines.config import EngineConfig
+from sandbox.engines.gpu_activity import Activity, publish
 from sandbox.engines.kv import KvProducer
 from sandbox.engines.settings import Settings, bind_address, identity
 from sandbox.engines.state import EngineState, KvCounters, log
@@ -82,7 +83,8 @@ async def _serve(cfg: EngineConfig, settings: Settings) -> int:
     _startup_log(cfg, protocol)
     counters = KvCounters(cfg, protocol or "none", exporter=not settings.faults.no_kv_exporter)
     ports = cfg.api_ports or [cfg.port]
-    states = [EngineState(cfg, settings, counters, rank, port) for rank, port in enumerate(ports)]
+    activity = Activity()
+    states = [EngineState(cfg, settings, counters, rank, port, activity) for rank, port in enumerate(ports)]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -112,7 +114,8 @@ async def _serve(cfg: EngineConfig, settings: Settings) -> int:
         await session.close()
         return 1
     interval = float(cfg.env.get("VLLM_LOG_STATS_INTERVAL") or 10)
-    tasks += [asyncio.create_task(_stats_logger(states, interval)), asyncio.create_task(_announce_ready(cfg, states))]
+    tasks += [asyncio.create_task(_stats_logger(states, interval)), asyncio.create_task(_announce_ready(cfg, states)),
+              asyncio.create_task(publish(activity))]
     await stop.wait()
     log("Shutting down")
     for s in states:

@@ -10,6 +10,7 @@ import time
 import uuid
 
 from sandbox.engines.config import EngineConfig
+from sandbox.engines.gpu_activity import Activity
 from sandbox.engines.metrics import BYTE_BUCKETS, Registry
 from sandbox.engines.settings import Settings, sandbox_dir
 
@@ -23,10 +24,14 @@ def log(message: str, level: str = "INFO") -> None:
 class KvCounters:
     """Process-wide KV transfer counters, shared by every rank of the process.
 
-    Two sets: pdlift's KV-transfer exporter (``pdlift_sandbox_kv_*``, by direction and protocol;
-    absent from a stock image, the ``no_kv_exporter`` fault), and what vLLM itself exports for
-    its NIXL connector, on the side that reads the KV (decode): ``vllm:nixl_bytes_transferred``
-    and ``vllm:nixl_xfer_time_seconds`` histograms, ``vllm:nixl_num_failed_transfers_total``."""
+    Three sets: pdlift's KV-transfer exporter (``pdlift_sandbox_kv_*``, by direction and protocol;
+    absent from a stock image, the ``no_kv_exporter`` fault); what vLLM itself exports for its
+    NIXL connector, on the side that reads the KV (decode): ``vllm:nixl_bytes_transferred`` and
+    ``vllm:nixl_xfer_time_seconds`` histograms, ``vllm:nixl_num_failed_transfers_total``; and what
+    SGLang exports on the prefill side (``--enable-metrics``; collector.py): the
+    ``sglang:per_stage_req_latency_seconds{stage="prefill_transfer_kv_cache"}`` histogram and the
+    last transfer's ``sglang:kv_transfer_latency_ms``/``kv_transfer_total_mb`` (MiB)/
+    ``kv_transfer_speed_gb_s`` gauges (docs/sources.md#engine-metrics)."""
 
     def __init__(self, cfg: EngineConfig, protocol: str, exporter: bool = True):
         self.protocol = protocol
@@ -46,6 +51,22 @@ class KvCounters:
             for direction in ("sent", "received"):  # present from the start, as zeros
                 r.inc("pdlift_sandbox_kv_transfer_bytes_total", 0, direction=direction, protocol=protocol)
                 r.inc("pdlift_sandbox_kv_transfers_total", 0, direction=direction, protocol=protocol)
+        self.native_sglang = cfg.engine == "sglang" and cfg.kv is not None and cfg.role == "prefill" \
+            and cfg.metrics_enabled
+        if self.native_sglang:
+            labels = {"model_name": cfg.served_names[0], "engine_type": "prefill", "tp_rank": "0", "pp_rank": "0",
+                      "moe_ep_rank": "0"}
+            self.sglang_labels = labels
+            self.last_transfer = (0.0, 0.0)  # (ms, MiB); the gauges read 0 until the first transfer
+            r.histogram("sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
+                        labelled=True)
+            r.gauge("sglang:kv_transfer_latency_ms", "The transfer latency of the KV cache in ms.",
+                    lambda: [(labels, self.last_transfer[0])])
+            r.gauge("sglang:kv_transfer_total_mb", "The total number of tokens transferred in the KV cache.",
+                    lambda: [(labels, self.last_transfer[1])])
+            r.gauge("sglang:kv_transfer_speed_gb_s", "The transfer speed of the KV cache in GB/s.",
+                    lambda: [(labels, self.last_transfer[1] / 1024 / (self.last_transfer[0] / 1000.0)
+                              if self.last_transfer[0] else 0.0)])
         if self.native_nixl:
             r.histogram("vllm:nixl_bytes_transferred", "Bytes transferred per NIXL KV Cache transfer.", BYTE_BUCKETS)
             r.histogram("vllm:nixl_xfer_time_seconds", "Transfer duration for NIXL KV Cache transfers.")
@@ -60,6 +81,10 @@ class KvCounters:
         if self.native_nixl and direction == "received":
             r.observe("vllm:nixl_bytes_transferred", nbytes)
             r.observe("vllm:nixl_xfer_time_seconds", seconds)
+        if self.native_sglang and direction == "sent":
+            r.observe("sglang:per_stage_req_latency_seconds", seconds, **self.sglang_labels,
+                      stage="prefill_transfer_kv_cache")
+            self.last_transfer = (seconds * 1000.0, nbytes / float(1 << 20))
 
     def failed(self, reason: str) -> None:
         self.registry.inc("pdlift_sandbox_kv_transfer_failures_total", 1, reason=reason)
@@ -68,8 +93,10 @@ class KvCounters:
 
 
 class EngineState:
-    def __init__(self, cfg: EngineConfig, settings: Settings, kv: KvCounters, rank: int, port: int):
+    def __init__(self, cfg: EngineConfig, settings: Settings, kv: KvCounters, rank: int, port: int,
+                 activity: Activity | None = None):
         self.cfg, self.settings, self.kv, self.rank, self.port = cfg, settings, kv, rank, port
+        self.activity = activity or Activity()   # shared by the process's ranks: one set of GPUs
         self.engine_id = str(uuid.uuid4())
         self.started = time.monotonic()
         self.group_ready = asyncio.Event()
@@ -81,11 +108,28 @@ class EngineState:
         self.seen = 0  # requests received, for the error-rate fault
         self.served = 0  # requests finished, for the exit-after-requests fault
         self.draining = False
+        self.spec_last = (0.0, 0.0)     # SGLang's last-batch acceptance rate and length
+        self._drafted_total = self._accepted_total = 0
         self.metrics = self._registry()
 
     @property
     def prefix(self) -> str:
         return "vllm:" if self.cfg.engine == "vllm" else "sglang:"
+
+    @property
+    def queue_metric(self) -> str:
+        # vLLM: vllm/v1/metrics/loggers.py; SGLang: python/sglang/srt/metrics/collector.py
+        # (docs/sources.md#engine-metrics).
+        return "vllm:request_queue_time_seconds" if self.cfg.engine == "vllm" else "sglang:queue_time_seconds"
+
+    def admitted(self) -> None:
+        """A request got its slot (it is running now)."""
+        self.running += 1
+        self.activity.begin()
+
+    def released(self) -> None:
+        self.running -= 1
+        self.activity.end()
 
     def _registry(self) -> Registry:
         labels = {"model_name": self.cfg.served_names[0]}
@@ -98,9 +142,11 @@ class EngineState:
         r.gauge(p + waiting, "Requests waiting for a slot.", lambda: [({}, self.waiting)])
         for name, text in (("time_to_first_token_seconds", "Time to first token."),
                            ("inter_token_latency_seconds", "Time between output tokens."),
-                           ("e2e_request_latency_seconds", "End-to-end request latency."),
-                           ("request_queue_time_seconds", "Time waiting for a slot.")):
+                           ("e2e_request_latency_seconds", "End-to-end request latency.")):
             r.histogram(p + name, text)
+        r.histogram(self.queue_metric, "Time waiting for a slot.")
+        if self.cfg.spec_tokens:
+            self._spec_decode_metrics(r)
         r.counter(p + "prompt_tokens_total", "Prompt tokens processed.")
         r.counter(p + "generation_tokens_total", "Tokens generated.")
         r.counter(p + "request_success_total", "Finished requests, by reason.")
@@ -108,6 +154,39 @@ class EngineState:
         r.counter(p + "external_prefix_cache_hits_total", "Prompt tokens loaded through the KV connector.")
         r.counter("pdlift_sandbox_request_errors_total", "Requests failed (injected errors, KV failures).")
         return r
+
+    def _spec_decode_metrics(self, r: Registry) -> None:
+        """Speculative decoding's figures by the engines' names (vLLM: counters of
+        vllm/v1/spec_decode/metrics.py; SGLang: gauges of collector.py; docs/sources.md#engine-metrics)."""
+        if self.cfg.engine == "vllm":
+            for name, text in (("drafts", "Number of spec decoding drafts."), ("draft_tokens", "Number of draft tokens."),
+                               ("accepted_tokens", "Number of accepted tokens.")):
+                r.counter(f"vllm:spec_decode_num_{name}_total", text)
+                r.inc(f"vllm:spec_decode_num_{name}_total", 0)
+        else:   # SGLang's gauges hold the last batch's figures, 0 before the first
+            r.gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.",
+                    lambda: [({}, self.spec_last[0])])
+            r.gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+                    lambda: [({}, self.spec_last[1])])
+
+    def drafted(self, steps: int) -> None:
+        """A request's ``steps`` decode steps, each drafting ``spec_tokens`` tokens of which the
+        latency model's share is accepted (the stand-in's acceptance, not a measured one)."""
+        k = self.cfg.spec_tokens
+        if not k or steps <= 0:
+            return
+        drafted = steps * k
+        # Whole tokens, with the remainder carried: over many requests the share is the model's.
+        total = self._drafted_total + drafted
+        target = round(total * self.settings.latency.spec_acceptance)
+        accepted = target - self._accepted_total
+        self._drafted_total, self._accepted_total = total, target
+        if self.cfg.engine == "vllm":
+            self.metrics.inc("vllm:spec_decode_num_drafts_total", steps)
+            self.metrics.inc("vllm:spec_decode_num_draft_tokens_total", drafted)
+            self.metrics.inc("vllm:spec_decode_num_accepted_tokens_total", accepted)
+        else:
+            self.spec_last = (accepted / drafted, 1.0 + accepted / steps)
 
     def render_metrics(self) -> str:
         return self.metrics.render() + self.kv.registry.render()

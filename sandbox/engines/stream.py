@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -90,6 +91,10 @@ class Emitter:
         m.inc(p + "prompt_tokens_total", n)
         m.inc(p + "generation_tokens_total", generated)
         m.inc(p + "request_success_total", finished_reason=reason)
+        if self.state.cfg.role != "prefill" and generated > 1:
+            # Verification steps: each emits its accepted drafts and one token of its own.
+            k, share = self.state.cfg.spec_tokens, self.state.settings.latency.spec_acceptance
+            self.state.drafted(math.ceil((generated - 1) / (1.0 + share * k)) if k else 0)
 
     def respond_ahead(self, first_due_wall: float) -> web.Response:
         """A PD prefill's one-token answer, sent before its modelled finish (metrics as modelled)."""

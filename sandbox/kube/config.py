@@ -7,6 +7,7 @@ Optional settings file ``<state>/sandbox/kube/config.json`` (all keys optional):
      "credentials": {"testing": "testing"},            # access key id -> secret (dummy)
      "allowed_images": ["registry.example/vllm:*"],   # fnmatch; digests are always allowed
      "system_node": true,
+     "gpu_operator": true,                             # a DCGM exporter on every GPU node
      "backoff_base_seconds": 0.5, "backoff_cap_seconds": 10,
      "probe_period_cap_seconds": 1.0}
 """
@@ -38,6 +39,8 @@ class Settings:
     allowed_images: list[str] = field(default_factory=list)
     system_node: bool = True
     system_node_address: str = "127.0.0.10"
+    # The GPU operator's DCGM exporter DaemonSet and Service (resources.gpu_operator_objects).
+    gpu_operator: bool = True
     # The real kubelet backs off 10 s doubling to 5 min; the sandbox is faster so tests are.
     backoff_base_seconds: float = 0.5
     backoff_cap_seconds: float = 10.0

@@ -2,7 +2,7 @@
 
 * Engines (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``,
   ``python -m sglang.launch_server``, ``vllm-router``, ``python -m sglang_router.launch_router``,
-  ``mooncake_master``) run as ``python -m sandbox.engines -- <command...> <args...>``
+  ``mooncake_master``, ``dcgm-exporter``) run as ``python -m sandbox.engines -- <command...> <args...>``
   (contract 3); so does ``sh -c SCRIPT`` when SCRIPT runs one of them.
 * Small test commands (``python``/``python3`` (this interpreter), ``sh``, ``bash``, ``sleep``,
   ``echo``, ``true``, ``false``) run as they are.
@@ -12,7 +12,8 @@
 Environment: the container's ``env``/``envFrom`` (values, ``$(VAR)`` references, fieldRef,
 resourceFieldRef, configMap and secret keys) plus ``PDLIFT_SANDBOX_BIND`` (the node address the
 process must listen on), ``POD_IP``, ``HOSTNAME``, ``PDLIFT_SANDBOX_POD`` (ns/name) and
-``PDLIFT_SANDBOX_NAMESPACE`` and ``PDLIFT_SANDBOX_NODE``. The sandbox has no cluster DNS:
+``PDLIFT_SANDBOX_NAMESPACE``, ``PDLIFT_SANDBOX_NODE``, ``PDLIFT_SANDBOX_CONTAINER`` and
+``PDLIFT_SANDBOX_GPUS`` (its nvidia.com/gpu limit). The sandbox has no cluster DNS:
 ``LWS_LEADER_ADDRESS`` is resolved to the leader's node address before the worker starts, and
 other pod/Service names are in ``<state>/sandbox/hosts.json`` (see ``dns``), which the
 engines read.
@@ -35,7 +36,7 @@ from sandbox.kube.config import REPO_ROOT
 ENGINE_PREFIXES = [("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"),
                    ("python", "-m", "sglang.launch_server"), ("vllm-router",),
                    ("python", "-m", "vllm_router.app"), ("python", "-m", "sglang_router.launch_router"),
-                   ("mooncake_master",)]
+                   ("mooncake_master",), ("dcgm-exporter",)]
 TEST_COMMANDS = {"python", "sh", "bash", "sleep", "echo", "true", "false"}
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -173,7 +174,17 @@ def container_env(pod: dict, container: dict, node_address: str, lookup, resolve
     return env
 
 
-def process_env(pod: dict, env: dict, node_address: str, state_dir: Path) -> dict:
+def _gpus(container: dict) -> int:
+    """The GPUs the device plugin would hand this container: its nvidia.com/gpu limit (or request)."""
+    resources = container.get("resources") or {}
+    value = (resources.get("limits") or {}).get("nvidia.com/gpu", (resources.get("requests") or {}).get("nvidia.com/gpu"))
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def process_env(pod: dict, env: dict, node_address: str, state_dir: Path, container: dict | None = None) -> dict:
     base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
             if k in os.environ}
     base.update({"PYTHONPATH": str(REPO_ROOT), "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1",
@@ -183,7 +194,10 @@ def process_env(pod: dict, env: dict, node_address: str, state_dir: Path) -> dic
     base.update({"PDLIFT_SANDBOX_BIND": node_address,
                  "PDLIFT_SANDBOX_NAMESPACE": pod["metadata"].get("namespace", ""),
                  "PDLIFT_SANDBOX_POD": f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
-                 "PDLIFT_SANDBOX_NODE": pod["spec"].get("nodeName", "")})
+                 "PDLIFT_SANDBOX_NODE": pod["spec"].get("nodeName", ""),
+                 # What the GPU device plugin and the DCGM exporter's pod mapping know of it.
+                 "PDLIFT_SANDBOX_CONTAINER": (container or {}).get("name", ""),
+                 "PDLIFT_SANDBOX_GPUS": str(_gpus(container or {}))})
     return base
 
 

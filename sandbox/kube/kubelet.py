@@ -204,7 +204,7 @@ class Kubelet:
                         f'Container image "{image}" already present on machine')
         try:
             c.proc = containers.spawn(argv, containers.process_env(pod, env, address,
-                                                                   self.app.settings.state_dir),
+                                                                   self.app.settings.state_dir, c.spec),
                                       c.log_path(c.attempts), prt.work)
         except OSError as e:
             c.state = {"waiting": {"reason": "RunContainerError", "message": str(e)}}

@@ -75,6 +75,9 @@ def build_node(rec: dict) -> dict:
     labels.update({k: str(v) for k, v in (rec.get("labels") or {}).items()})
     alloc = dict(_DEFAULT_ALLOCATABLE)
     alloc.update({k: str(v) for k, v in (rec.get("allocatable") or {}).items()})
+    if int(alloc.get("nvidia.com/gpu", "0") or 0) > 0:
+        # GPU Feature Discovery's label, which the GPU operator's DaemonSets select on.
+        labels.setdefault("nvidia.com/gpu.present", "true")
     zone = labels.get("topology.kubernetes.io/zone", "sandbox-az")
     return {
         "metadata": {"name": name, "labels": labels, "annotations": {

@@ -76,6 +76,8 @@ RESOURCES: list[ResourceType] = [
        cats=["all"], generation=True),
     _r("apps", "v1", "statefulsets", "StatefulSet", True, ["sts"], status=True,
        cats=["all"], generation=True),
+    _r("apps", "v1", "daemonsets", "DaemonSet", True, ["ds"], status=True,
+       cats=["all"], generation=True),
     _r(LWS_GROUP, "v1", "leaderworkersets", "LeaderWorkerSet", True, ["lws"], status=True,
        cats=["all"], generation=True),
     # Read-only: lets product code check that the LWS CRD is installed, as on EKS.
@@ -102,6 +104,36 @@ def lws_crd() -> dict:
             "status": {"acceptedNames": names, "storedVersions": ["v1"], "conditions": [
                 {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
                  "message": "the initial names have been accepted"}]}}
+
+
+def gpu_operator_objects() -> list[tuple[str, dict]]:
+    """What the NVIDIA GPU operator runs for GPU telemetry, as on a cluster that has it: the
+    DCGM exporter's DaemonSet on every GPU node and its Service (names, labels, port and env
+    from the operator's state-dcgm-exporter assets; docs/sources.md#dcgm-exporter). The
+    container runs ``dcgm-exporter``, which the sandbox's engines package stands in for.
+    (plural, body) pairs, in creation order."""
+    labels = {"app": "nvidia-dcgm-exporter"}
+    container = {
+        "name": "nvidia-dcgm-exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter@sha256:" + "4d1e" * 16,   # pinned, as the operator's are
+        "command": ["dcgm-exporter"], "args": ["-f", "/etc/dcgm-exporter/dcp-metrics-included.csv", "-c", "1000"],
+        "env": [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+                {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "ports": [{"name": "metrics", "containerPort": 9400}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 9400}, "periodSeconds": 1}}
+    return [
+        ("namespaces", {"metadata": {"name": "gpu-operator"}}),
+        ("daemonsets", {"metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "labels": labels},
+                        "spec": {"selector": {"matchLabels": labels}, "template": {
+                            "metadata": {"labels": labels},
+                            "spec": {"nodeSelector": {"nvidia.com/gpu.present": "true"},
+                                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                      "effect": "NoSchedule"}],
+                                     "containers": [container]}}}}),
+        ("services", {"metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "labels": labels},
+                      "spec": {"selector": labels,
+                               "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400}]}}),
+    ]
 
 
 def lookup(group: str, version: str, plural: str) -> ResourceType | None:

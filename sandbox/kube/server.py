@@ -28,6 +28,10 @@ class KubeApp:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.api = Api(Store())
+        if settings.gpu_operator:
+            for plural, body in resources.gpu_operator_objects():
+                rt = resources.lookup("apps" if plural == "daemonsets" else "", "v1", plural)
+                self.api.create(rt, body["metadata"].get("namespace"), body, "helm")
         self.recorder = EventRecorder(self.api)
         self.faults = Faults()
         self.verifier = TokenVerifier(settings.cluster_name, settings.credentials,

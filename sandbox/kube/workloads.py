@@ -1,9 +1,12 @@
-"""Controllers for Deployments, StatefulSets and Service endpoints, and garbage collection.
+"""Controllers for Deployments, StatefulSets, DaemonSets and Service endpoints, and garbage collection.
 
 Simplifications (documented in the package note): a Deployment owns its pods directly (no
 ReplicaSet objects; pods are still named ``<deployment>-<template hash>-<suffix>`` and carry
 ``pod-template-hash``) and replaces all outdated pods at once; a StatefulSet replaces
 outdated pods at once too. Both report status the way `kubectl rollout status` reads it.
+A DaemonSet keeps one pod on every node its template's node selector, affinity and tolerations
+allow, pinned there the way the real controller does it (a required node affinity on the
+node's ``metadata.name``, then the scheduler binds it), and replaces outdated pods at once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 
 from sandbox.kube import errors, resources
 from sandbox.kube.api import random_suffix
+from sandbox.kube.scheduler import matches_node, tolerates
 from sandbox.kube.store import clone
 
 PODS = resources.lookup("", "v1", "pods")
@@ -22,6 +26,7 @@ SERVICES = resources.lookup("", "v1", "services")
 ENDPOINTS = resources.lookup("", "v1", "endpoints")
 DEPLOYMENTS = resources.lookup("apps", "v1", "deployments")
 STATEFULSETS = resources.lookup("apps", "v1", "statefulsets")
+DAEMONSETS = resources.lookup("apps", "v1", "daemonsets")
 NODES = resources.lookup("", "v1", "nodes")
 NAMESPACES = resources.lookup("", "v1", "namespaces")
 _HASH_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -92,6 +97,10 @@ class Workloads:
             self._deployment(d, owned_by(pods, d))
         for s in self.app.api.store.list(STATEFULSETS):
             self._statefulset(s, owned_by(pods, s))
+        daemonsets = self.app.api.store.list(DAEMONSETS)
+        nodes = self.app.api.store.list(NODES) if daemonsets else []
+        for ds in daemonsets:
+            self._daemonset(ds, owned_by(pods, ds), nodes)
 
     def _deployment(self, d: dict, pods: list[dict]) -> None:
         spec = d["spec"]
@@ -162,6 +171,33 @@ class Workloads:
                   "updatedReplicas": len(by_name), "availableReplicas": ready,
                   "currentRevision": rev, "updateRevision": rev, "collisionCount": 0}
         self.app.api.write_status(STATEFULSETS, s, status)
+
+    def _daemonset(self, ds: dict, pods: list[dict], nodes: list[dict]) -> None:
+        spec, name = ds["spec"], ds["metadata"]["name"]
+        h = template_hash(spec.get("template"))
+        probe = pod_from_template(spec.get("template"), ds, "probe")
+        wanted = {n["metadata"]["name"] for n in nodes if _daemon_runs_on(probe, n)}
+        current: dict[str, dict] = {}
+        for p in pods:
+            node = _pinned_node(p)
+            if p["metadata"]["labels"].get("controller-revision-hash") != h or node not in wanted or node in current:
+                self._delete(PODS, p)
+            else:
+                current[node] = p
+        for node in sorted(wanted - set(current)):
+            pod = pod_from_template(spec.get("template"), ds, f"{name}-{random_suffix()}",
+                                    {"controller-revision-hash": h,
+                                     "pod-template-generation": str(ds["metadata"].get("generation", 1))})
+            _pin(pod, node)
+            self._create_pod(ds, pod)
+        ready = sum(1 for p in current.values() if pod_ready(p))
+        status = {"observedGeneration": ds["metadata"].get("generation", 1),
+                  "desiredNumberScheduled": len(wanted), "currentNumberScheduled": len(current),
+                  "updatedNumberScheduled": len(current), "numberReady": ready, "numberAvailable": ready,
+                  "numberMisscheduled": 0}
+        if len(wanted) - ready:
+            status["numberUnavailable"] = len(wanted) - ready
+        self.app.api.write_status(DAEMONSETS, ds, status)
 
     # --- endpoints -----------------------------------------------------------------------
 
@@ -248,6 +284,41 @@ class Workloads:
                 self._delete(rt, o)
             elif rt is PODS and o["spec"].get("nodeName") and o["spec"]["nodeName"] not in nodes:
                 self._delete(rt, o)
+
+
+# The real DaemonSet controller adds these to every daemon pod (pkg/controller/daemon/util).
+_DAEMON_TOLERATIONS = [{"key": k, "operator": "Exists", "effect": e} for k, e in (
+    ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"), ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"), ("node.kubernetes.io/unschedulable", "NoSchedule"))]
+
+
+def _daemon_runs_on(pod: dict, node: dict) -> bool:
+    tolerations = ((pod.get("spec") or {}).get("tolerations") or []) + _DAEMON_TOLERATIONS
+    return matches_node(pod, node) and all(
+        tolerates(tolerations, t) for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute"))
+
+
+def _pin(pod: dict, node: str) -> None:
+    spec = pod["spec"]
+    spec["tolerations"] = (spec.get("tolerations") or []) + _DAEMON_TOLERATIONS
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [term]}
+
+
+def _pinned_node(pod: dict) -> str | None:
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    req = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in req.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return field["values"][0]
+    return None
 
 
 def _conditions(prev_status: dict | None, wanted: list[tuple]) -> list[dict]:

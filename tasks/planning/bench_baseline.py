@@ -11,7 +11,8 @@ samples they came from. It comes from one of two places:
 
     {"version": 1, "kind": "pdlift-baseline", "run_id": ..., "created_at": ..., "blueprint": ...,
      "source": ..., "scenarios": {name: [{"concurrency": c, "completed": n,
-                                          "metrics": {metric: value}, "samples": {...}?}]}}
+                                          "metrics": {metric: value}, "samples": {...}?,
+                                          "repeats": {metric: [value per repeat]}?}]}}
 
   ITL samples are left out of baselines by default (a chunk gap per token: megabytes per point);
   an ``itl_*`` rule then compares the candidate's bootstrap interval with the baseline figure.
@@ -43,6 +44,7 @@ class BaselineEntry:
     figures: Mapping[str, float]
     completed: int | None = None      # None: published figures of unknown sample size
     samples: Samples | None = None
+    repeats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> per-repeat figures
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,10 @@ def baseline_from_summaries(summaries: Iterable[ScenarioSummary], *, source: str
         figures = {m: v for m in ALL_METRICS if (v := metric_value(s, m)) is not None}
         samples = s.samples if keep_samples else None
         if samples is not None and not keep_itl_samples:
-            samples = Samples(ttft=samples.ttft, tpot=samples.tpot, itl=(), e2e=samples.e2e)
-        entries.append(BaselineEntry(s.scenario, s.concurrency, figures, s.completed, samples))
+            samples = Samples(ttft=samples.ttft, tpot=samples.tpot, itl=(), e2e=samples.e2e, block=samples.block)
+        per_repeat = {m: values for m in figures
+                      if len(values := tuple(v for r in s.repeats if (v := metric_value(r, m)) is not None)) > 1}
+        entries.append(BaselineEntry(s.scenario, s.concurrency, figures, s.completed, samples, per_repeat))
     return Baseline(source=source, entries=tuple(entries), run_id=run_id, created_at=created_at,
                     blueprint=blueprint)
 
@@ -94,13 +98,21 @@ def baseline_from_summaries(summaries: Iterable[ScenarioSummary], *, source: str
 
 
 def _samples_to_dict(samples: Samples | None) -> dict | None:
-    return None if samples is None else {k: list(v) for k, v in asdict(samples).items()}
+    if samples is None:
+        return None
+    data = {k: list(v) for k, v in asdict(samples).items() if k != "block"}
+    data["block"] = samples.block
+    return data
 
 
 def _samples_from_dict(data: Mapping | None) -> Samples | None:
+    """Samples of a results or baseline document; one written before the block layout existed
+    reads as one request per block."""
     if data is None:
         return None
-    return Samples(**{k: tuple(float(x) for x in data.get(k, ())) for k in ("ttft", "tpot", "itl", "e2e")})
+    values = {k: tuple(float(x) for x in data.get(k, ())) for k in ("ttft", "tpot", "itl", "e2e")}
+    return Samples(**values, itl_counts=tuple(int(x) for x in data.get("itl_counts", ())),
+                   block=int(data.get("block", 1)))
 
 
 def baseline_to_dict(baseline: Baseline) -> dict:
@@ -109,6 +121,8 @@ def baseline_to_dict(baseline: Baseline) -> dict:
         point = {"concurrency": e.concurrency, "completed": e.completed, "metrics": dict(e.figures)}
         if e.samples is not None:
             point["samples"] = _samples_to_dict(e.samples)
+        if e.repeats:
+            point["repeats"] = {m: list(v) for m, v in e.repeats.items()}
         scenarios.setdefault(e.scenario, []).append(point)
     return {"version": baseline.version, "kind": "pdlift-baseline", "run_id": baseline.run_id,
             "created_at": baseline.created_at, "blueprint": baseline.blueprint,
@@ -137,7 +151,8 @@ def baseline_from_dict(data: object) -> Baseline:
                 entries.append(BaselineEntry(
                     str(scenario), int(p["concurrency"]), {k: float(v) for k, v in p["metrics"].items()},
                     None if p.get("completed") is None else int(p["completed"]),
-                    _samples_from_dict(p.get("samples"))))
+                    _samples_from_dict(p.get("samples")),
+                    {str(m): tuple(float(x) for x in v) for m, v in (p.get("repeats") or {}).items()}))
         return Baseline(source=str(doc.get("source") or "baseline document"), entries=tuple(entries),
                         version=doc["version"], run_id=doc.get("run_id"), created_at=doc.get("created_at"),
                         blueprint=doc.get("blueprint"))
@@ -159,6 +174,8 @@ def summary_from_dict(data: Mapping) -> ScenarioSummary:
         values[name] = Distribution(**values[name])
     values["samples"] = _samples_from_dict(values.get("samples"))
     values["repeats"] = tuple(summary_from_dict(r) for r in values.get("repeats", ()))
+    values["server"] = {str(k): (float(v[0]), float(v[1])) for k, v in (values.get("server") or {}).items()}
+    values["server_notes"] = tuple(str(n) for n in values.get("server_notes", ()))
     known = {f.name for f in fields(ScenarioSummary)}
     unknown = set(values) - known
     if unknown:

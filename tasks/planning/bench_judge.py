@@ -2,14 +2,13 @@
 
 A ``Bound`` is either a ratio bound (candidate / baseline, from a GateRule's max_ratio or
 min_ratio) or an absolute SLO bound (milliseconds). ``judge`` turns the pooled point estimate,
-the significance of a violation, the confidence interval and the per-repeat values into a
-verdict with a one-line reason.
+the significance of a violation and the confidence interval into a verdict with a one-line
+reason.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -64,32 +63,24 @@ class Bound:
 
 
 def judge(bound: Bound, point: float, significant: bool, why_significant: str,
-          ci: tuple[float, float] | None, repeats: Sequence[float]) -> tuple[Verdict, str]:
-    """The verdict of one check; see gate.py for the rules in words."""
-    if not bound.violated(point):
-        verdict, reason = Verdict.PASS, f"{fmt(point)} within {bound.text()}"
-    elif significant:
-        verdict, reason = Verdict.FAIL, f"{fmt(point)} breaks {bound.text()}; {why_significant}"
-    else:
-        far = point if ci is None else (ci[1] if bound.higher_is_worse else ci[0])
-        if bound.beyond_margin(far):
-            verdict = Verdict.INCONCLUSIVE
-            reason = (f"{fmt(point)} breaks {bound.text()} but not significantly ({why_significant}), "
-                      f"and {fmt(far)} is beyond the margin {fmt(bound.margin)}")
-        else:
-            verdict = Verdict.PASS
-            reason = (f"{fmt(point)} breaks {bound.text()} only within noise ({why_significant}); "
-                      f"{fmt(far)} stays within the margin {fmt(bound.margin)}")
-    if len(repeats) < 2:
-        return verdict, reason
-    # The verdict must hold across repeats (like Argo's failureLimit absorbing one noisy run).
-    violating = sum(1 for r in repeats if bound.violated(r))
-    if verdict is Verdict.FAIL and violating * 2 <= len(repeats):
-        return Verdict.INCONCLUSIVE, f"{reason}; but only {violating} of {len(repeats)} repeats break it"
-    if verdict is Verdict.PASS:
-        wild = [r for r in repeats if bound.beyond_margin(r)]
-        if wild:
-            return (Verdict.INCONCLUSIVE,
-                    f"{reason}; but {len(wild)} of {len(repeats)} repeats reach beyond {fmt(bound.margin)} "
-                    f"({', '.join(fmt(r) for r in wild)})")
-    return verdict, reason
+          ci: tuple[float, float] | None) -> tuple[Verdict, str]:
+    """The verdict of one check; see gate.py for the rules in words.
+
+    ``ci`` is the pair of one-sided bounds at the confidence; its end on the bad side must stay
+    within the margin for a PASS, so a candidate as bad as the margin PASSes at most alpha of the
+    time. Without an interval (one run of a run-level figure) the figure stands for itself.
+    """
+    violated = bound.violated(point)
+    if violated and significant:
+        return Verdict.FAIL, f"{fmt(point)} breaks {bound.text()}; {why_significant}"
+    if ci is None:
+        return Verdict.PASS, f"{fmt(point)} within {bound.text()}"
+    far = ci[1] if bound.higher_is_worse else ci[0]
+    side = "upper" if bound.higher_is_worse else "lower"
+    where = f"{fmt(point)} within {bound.text()}" if not violated else \
+        f"{fmt(point)} breaks {bound.text()} but not significantly ({why_significant})"
+    if bound.beyond_margin(far):
+        return (Verdict.INCONCLUSIVE,
+                f"{where}, and its {side} bound {fmt(far)} reaches beyond the margin {fmt(bound.margin)}: "
+                "too few samples or too much noise to tell")
+    return Verdict.PASS, f"{where}; its {side} bound {fmt(far)} stays within the margin {fmt(bound.margin)}"

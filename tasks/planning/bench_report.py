@@ -27,7 +27,7 @@ def _value(row: GateRow) -> str:
 def _test(row: GateRow) -> str:
     parts = []
     if row.p_value is not None:
-        parts.append(f"p={row.p_value:.2g}")
+        parts.append(f"p={row.p_value:.2g}" + (f" (Holm {row.p_adjusted:.2g})" if row.p_adjusted is not None else ""))
     if row.ci is not None:
         parts.append(f"CI [{fmt(row.ci[0])}, {fmt(row.ci[1])}]")
     if row.repeats:
@@ -77,10 +77,29 @@ def render_markdown(report: GateReport) -> str:
             lines += ["| " + " | ".join(_cell(str(t[c])) for c in columns) + " |"
                       for t in table if t["concurrency"] == concurrency]
             lines.append("")
-    lines += ["How to read this: a ratio check FAILs only when its bound is broken significantly "
-              "(Mann-Whitney U or a bootstrap interval at the stated confidence) and in most repeats; a "
-              "break within noise PASSes only inside the margin. Critical failures fail the gate, other "
-              "doubts make it INCONCLUSIVE for a person to decide. The rules are in tasks/planning/gate.py.", ""]
+    alpha = 1.0 - report.confidence
+    lines += [
+        "How to read this:",
+        "",
+        f"- Every test is one-sided at one level, α = {alpha:g}: a check FAILs only when its bound is "
+        "broken with p < α; the CI column gives, at each end, a one-sided "
+        f"{report.confidence:.0%} bound, so a FAIL's interval lies wholly beyond the bound.",
+        "- Means and percentiles of latencies are tested with a bootstrap of that statistic's ratio to "
+        "the baseline (to the SLO for SLO rows), resampling time blocks of as many consecutive requests as "
+        "the concurrency (requests that shared batch steps move together; ITL gaps move with their "
+        "request). Repeats drift more than requests within a run vary: where a side's repeats disagree "
+        "more than its bootstrap allows, their spread is the noise instead. Throughputs are tested over "
+        "the repeats with a one-sided t test; one run's figure stands as measured, as the error rate does.",
+        f"- The {report.critical_tests} critical checks with a p-value are one family: their p-values are "
+        "Holm-adjusted (shown as \"Holm\"), so an equal candidate FAILs on any of them with a chance of at "
+        "most α. Non-critical checks are tested alone; their FAIL makes the gate INCONCLUSIVE, not FAIL.",
+        "- A check PASSes only when the interval's end on the bad side stays inside the margin (a "
+        "ratio bound's slack once more, e.g. 1.05 -> 1.10; none for an SLO), so a candidate as bad as "
+        "the margin PASSes at most α of the time. A point estimate within the bound with a wider "
+        "interval is not enough: too few samples to tell is INCONCLUSIVE, as is a point that is not "
+        "trustworthy (too few requests, a saturated client); a person decides. The rules are in "
+        "tasks/planning/gate.py.",
+        ""]
     return "\n".join(lines)
 
 

@@ -1,28 +1,35 @@
-"""The two statistical tools of the promotion gate, in plain Python (no numpy/scipy dependency).
+"""The statistics of the promotion gate: one method per statistic, one level, seeded. Pure.
 
-- ``mann_whitney_u``: one-sided Mann-Whitney U test. Normal approximation with tie correction
-  and continuity correction, as ``scipy.stats.mannwhitneyu(method="asymptotic")``; exact
-  (enumerating the U distribution) when there are no ties and both samples hold at most
-  ``EXACT_MAX_N`` values, as scipy's exact method.
-- ``bootstrap_ratio_ci``: a seeded percentile-bootstrap confidence interval of
-  stat(candidate) / stat(baseline), where stat is the mean or a percentile and the baseline is
-  either samples (resampled too) or a single published figure (held fixed). Above ``MAX_DRAW``
-  values a side is resampled ``MAX_DRAW`` at a time and the deviations scaled by sqrt(m/n)
-  (m-out-of-n bootstrap), which keeps a gate over pooled ITL gaps to about a second per row.
+Every decision is one-sided at the gate's single level alpha = 1 - ``gate.confidence``, and each
+interval end reported is a one-sided bound at ``confidence`` (so "the interval lies beyond the
+bound" and "p < alpha" say the same thing):
+
+- A mean or a percentile of a per-request latency, as a ratio to the baseline's (or, for an SLO,
+  to the SLO): a bootstrap of that ratio. What is resampled is a *time block* of requests: as
+  many consecutive requests (by send time) as the point's concurrency, the requests that shared
+  batch steps and so moved together; an ITL gap is resampled with its request. The baseline's
+  samples are resampled the same way; a published figure is held fixed. Repeats drift more than
+  requests within a run vary, so when a side's per-repeat statistics spread wider than its
+  bootstrap allows, their spread is its variance instead (random effects, ``_log_variance``).
+  The decision uses the standard error of log(ratio), a normal interval on the log scale, which
+  gives continuous p-values (a percentile count would floor them at 1/(B+1), too coarse for Holm).
+- A run-level figure (a throughput) measured once per repeat: a one-sided Student t test of the
+  repeats' ratios against the bound (``t_test``). A single run has no noise estimate.
+- Several critical checks in one report: Holm's step-down over their p-values (``holm``), so the
+  chance that any of them FAILs an equal candidate stays at alpha.
+
+numpy does the resampling; a verdict is the same for the same seed on every platform.
 """
 
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+
+import numpy as np
 
 from tasks.planning.metrics import percentile_sorted
-
-EXACT_MAX_N = 20
-MAX_DRAW = 4000
 
 
 def normal_sf(z: float) -> float:
@@ -30,65 +37,18 @@ def normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-@dataclass(frozen=True)
-class MannWhitney:
-    u: float          # U statistic of the first sample (pairs where it is larger, ties count 1/2)
-    p_value: float    # one-sided, in the direction asked for
-    method: str       # "exact" or "normal"
-
-
-def _ranks(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Rank sum of x in the pooled sample (ties get their average rank) and sum(t^3 - t) over ties."""
-    pooled = sorted([(v, 0) for v in x] + [(v, 1) for v in y])
-    rank_sum_x, tie_term, i = 0.0, 0.0, 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        t = j - i + 1
-        avg_rank = (i + j) / 2.0 + 1.0
-        rank_sum_x += avg_rank * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
-        tie_term += t ** 3 - t
-        i = j + 1
-    return rank_sum_x, tie_term
-
-
-@lru_cache(maxsize=None)
-def _u_counts(m: int, n: int) -> tuple[int, ...]:
-    """How many of the C(m+n, m) orderings give each U (0..m*n) for samples of m and n values."""
-    if m == 0 or n == 0:
-        return (1,)
-    # An ordering ends with an x (which beats all n y's) or with a y (which adds nothing).
-    ends_x = _u_counts(m - 1, n)
-    ends_y = _u_counts(m, n - 1)
-    counts = [0] * (m * n + 1)
-    for u, c in enumerate(ends_x):
-        counts[u + n] += c
-    for u, c in enumerate(ends_y):
-        counts[u] += c
-    return tuple(counts)
-
-
-def mann_whitney_u(x: Sequence[float], y: Sequence[float], alternative: str = "greater") -> MannWhitney:
-    """Test whether x tends to be larger (``"greater"``) or smaller (``"less"``) than y."""
-    if alternative not in ("greater", "less"):
-        raise ValueError(f"alternative must be 'greater' or 'less', got {alternative!r}")
-    n1, n2 = len(x), len(y)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("Mann-Whitney U needs values on both sides")
-    rank_sum, tie_term = _ranks(x, y)
-    u1 = rank_sum - n1 * (n1 + 1) / 2.0
-    u = u1 if alternative == "greater" else n1 * n2 - u1
-    if tie_term == 0 and max(n1, n2) <= EXACT_MAX_N:
-        counts = _u_counts(n1, n2)
-        tail = sum(counts[math.ceil(u - 1e-9):])
-        return MannWhitney(u1, tail / math.comb(n1 + n2, n1), "exact")
-    n = n1 + n2
-    variance = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
-    if variance <= 0:  # every value tied: no evidence either way
-        return MannWhitney(u1, 1.0, "normal")
-    z = (u - n1 * n2 / 2.0 - 0.5) / math.sqrt(variance)
-    return MannWhitney(u1, normal_sf(z), "normal")
+def normal_quantile(p: float) -> float:
+    """z with P(Z <= z) = p (bisection on erf: exact to 1e-12, no table needed)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    lo, hi = -40.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if 1.0 - normal_sf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
 
 
 def statistic(values: Sequence[float], stat: str) -> float:
@@ -98,48 +58,235 @@ def statistic(values: Sequence[float], stat: str) -> float:
     return percentile_sorted(sorted(values), float(stat[1:]))
 
 
-def _resampler(values: Sequence[float], stat: str, rng: random.Random):
-    """A function drawing one bootstrap replicate of stat(values)."""
-    n = len(values)
-    m = min(n, MAX_DRAW)
-    full = statistic(values, stat)
-    shrink = math.sqrt(m / n)
-    q = None if stat == "mean" else float(stat[1:])
-    pool = list(values)
-
-    def draw() -> float:
-        sample = rng.choices(pool, k=m)
-        value = sum(sample) / m if q is None else percentile_sorted(sorted(sample), q)
-        return full + (value - full) * shrink
-
-    return draw
+# --- the time-block bootstrap -------------------------------------------------------------------
 
 
-def bootstrap_ratio_ci(candidate: Sequence[float], baseline: Sequence[float] | float, stat: str,
-                       confidence: float, seed: int, resamples: int = 1000) -> tuple[float, float] | None:
-    """Two-sided percentile-bootstrap interval of stat(candidate) / stat(baseline).
+@dataclass(frozen=True)
+class Blocks:
+    """Per-request values in send order, grouped into the blocks that are resampled together.
 
-    ``baseline`` as a number is a fixed figure (only the candidate is resampled). Returns None
-    when the ratio is undefined (empty candidate, or a baseline statistic of zero).
-    """
-    if not candidate:
+    ``counts`` (values per request) groups a family with several values per request (ITL gaps);
+    by default every value is one request. ``block`` requests make one block."""
+
+    values: np.ndarray
+    block_of_value: np.ndarray
+    n_blocks: int
+    block: int = 1                  # requests per block
+
+    @classmethod
+    def of(cls, values: Sequence[float], block: int = 1, counts: Sequence[int] = ()) -> "Blocks":
+        vals = np.asarray(values, dtype=float)
+        per_request = np.asarray(counts, dtype=int) if len(counts) else np.ones(len(vals), dtype=int)
+        if per_request.sum() != len(vals):
+            per_request = np.ones(len(vals), dtype=int)  # counts from another family: by value
+        request_of_value = np.repeat(np.arange(len(per_request)), per_request)
+        block_of_value = request_of_value // max(1, int(block))
+        n_blocks = int(block_of_value.max()) + 1 if len(vals) else 0
+        return cls(vals, block_of_value, n_blocks, max(1, int(block)))
+
+    def stat(self, stat: str) -> float:
+        return statistic(self.values.tolist(), stat)
+
+    def replicates(self, stat: str, rng: np.random.Generator, resamples: int) -> np.ndarray:
+        """``resamples`` bootstrap replicates of the statistic (blocks drawn with replacement)."""
+        draws = rng.integers(0, self.n_blocks, size=(resamples, self.n_blocks))
+        rows = (draws + np.arange(resamples)[:, None] * self.n_blocks).ravel()
+        multiplicity = np.bincount(rows, minlength=resamples * self.n_blocks).reshape(resamples, self.n_blocks)
+        if stat == "mean":
+            sums = np.bincount(self.block_of_value, weights=self.values, minlength=self.n_blocks)
+            counts = np.bincount(self.block_of_value, minlength=self.n_blocks).astype(float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return (multiplicity @ sums) / (multiplicity @ counts)
+        q = float(stat[1:]) / 100.0
+        order = np.argsort(self.values, kind="stable")
+        sorted_values, sorted_blocks = self.values[order], self.block_of_value[order]
+        out = np.empty(resamples)
+        for b in range(resamples):
+            out[b] = _weighted_quantile(sorted_values, multiplicity[b][sorted_blocks], q)
+        return out
+
+
+def _weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """numpy's linear percentile of the array that repeats each value ``weight`` times."""
+    cum = np.cumsum(weights)
+    total = int(cum[-1]) if len(cum) else 0
+    if total == 0:
+        return math.nan
+    h = q * (total - 1)
+    lo, hi = math.floor(h), math.ceil(h)
+    i_lo, i_hi = np.searchsorted(cum, [lo, hi], side="right")
+    return float(sorted_values[i_lo] + (h - lo) * (sorted_values[i_hi] - sorted_values[i_lo]))
+
+
+@dataclass(frozen=True)
+class RatioTest:
+    """The ratio, its one-sided bounds at the confidence, and the p-value of breaking a bound."""
+
+    ratio: float
+    se_log: float                   # bootstrap standard error of log(ratio); 0 when nothing varies
+    method: str
+
+    def bounds(self, confidence: float) -> tuple[float, float]:
+        z = normal_quantile(confidence) * self.se_log
+        return self.ratio * math.exp(-z), self.ratio * math.exp(z)
+
+    def p_beyond(self, limit: float, higher_is_worse: bool) -> float:
+        """P-value of "the true ratio is beyond ``limit``" (above a max bound, below a min bound)."""
+        if self.ratio <= 0 or limit <= 0:
+            return 1.0
+        distance = math.log(self.ratio) - math.log(limit)
+        distance = distance if higher_is_worse else -distance
+        if self.se_log == 0:
+            return 0.0 if distance > 0 else 1.0
+        return normal_sf(distance / self.se_log)
+
+
+def _log_variance(replicates: np.ndarray, repeats: Sequence[float]) -> tuple[float, bool] | None:
+    """The variance of one side's log statistic: its bootstrap's, or, when the repeats disagree
+    more than that allows, the repeats' own spread (DerSimonian-Laird random effects with equal
+    within-repeat variances: var = max(V, s^2 / k)). True when the repeats' spread won."""
+    logs = np.log(replicates)
+    logs = logs[np.isfinite(logs)]
+    if len(logs) < 0.9 * len(replicates):
         return None
-    rng = random.Random(seed)
-    draw_c = _resampler(candidate, stat, rng)
-    if isinstance(baseline, (int, float)):
-        fixed = float(baseline)
-        draw_b = lambda: fixed  # noqa: E731 - a constant "replicate"
-    elif baseline:
-        draw_b = _resampler(baseline, stat, rng)
-    else:
+    within = float(np.var(logs, ddof=1)) if len(logs) > 1 else 0.0
+    per_repeat = [math.log(r) for r in repeats if r > 0 and math.isfinite(r)]
+    if len(per_repeat) < 2 or len(per_repeat) < len(repeats):
+        return within, False
+    between = float(np.var(per_repeat, ddof=1)) / len(per_repeat)
+    return (between, True) if between > within else (within, False)
+
+
+def bootstrap_ratio(candidate: Blocks, baseline: Blocks | float, stat: str, seed: int,
+                    resamples: int = 1000, *, candidate_repeats: Sequence[float] = (),
+                    baseline_repeats: Sequence[float] = ()) -> RatioTest | None:
+    """stat(candidate) / stat(baseline), bootstrapped over time blocks (the baseline held fixed
+    when it is a figure). The two sides are resampled independently, so var(log ratio) is the sum
+    of theirs. ``*_repeats`` are each side's statistic per repeat: repeats drift (thermals,
+    neighbours, a different batch mix), which resampling requests within a run cannot see, so a
+    side whose repeats disagree more than its bootstrap allows takes their spread instead.
+
+    None when the ratio is undefined (no candidate values, a zero or missing baseline, too few
+    replicates with a defined statistic)."""
+    if candidate.n_blocks == 0:
         return None
-    ratios = []
-    for _ in range(resamples):
-        b = draw_b()
-        if b != 0:
-            ratios.append(draw_c() / b)
-    if len(ratios) < resamples * 0.9:
+    fixed = isinstance(baseline, (int, float))
+    if not fixed and baseline.n_blocks == 0:  # type: ignore[union-attr]
         return None
-    ratios.sort()
-    alpha = 1.0 - confidence
-    return (percentile_sorted(ratios, 100.0 * alpha / 2), percentile_sorted(ratios, 100.0 * (1 - alpha / 2)))
+    base_stat = float(baseline) if fixed else baseline.stat(stat)  # type: ignore[union-attr]
+    cand_stat = candidate.stat(stat)
+    if base_stat <= 0 or cand_stat <= 0 or not (math.isfinite(base_stat) and math.isfinite(cand_stat)):
+        return None
+    rng = np.random.default_rng(seed)
+    cand = _log_variance(candidate.replicates(stat, rng, resamples), candidate_repeats)
+    base = (0.0, False) if fixed else _log_variance(baseline.replicates(stat, rng, resamples),  # type: ignore
+                                                    baseline_repeats)
+    if cand is None or base is None:
+        return None
+    side = "a published figure" if fixed else "the baseline's samples, resampled the same way"
+    method = (f"bootstrap of the {stat} ratio over {candidate.n_blocks} time blocks of {candidate.block} "
+              f"request(s), against {side}")
+    drifted = [who for who, (_, won) in (("candidate", cand), ("baseline", base)) if won]
+    if drifted:
+        method += f"; the {' and '.join(drifted)}'s repeats spread wider, so their spread is used"
+    return RatioTest(cand_stat / base_stat, math.sqrt(cand[0] + base[0]), method)
+
+
+# --- repeats: Student's t ------------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz, Numerical Recipes 6.4)."""
+    tiny = 1e-300
+
+    def guard(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 / guard(1.0 - qab * x / qap)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d, c = 1.0 / guard(1.0 + aa * d), guard(1.0 + aa / c)
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d, c = 1.0 / guard(1.0 + aa * d), guard(1.0 + aa / c)
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """t with P(T <= t) = p (bisection)."""
+    lo, hi = -1e4, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if 1.0 - t_sf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class RepeatTest:
+    mean: float
+    sd: float
+    n: int
+
+    def bounds(self, confidence: float) -> tuple[float, float]:
+        half = t_quantile(confidence, self.n - 1) * self.sd / math.sqrt(self.n)
+        return self.mean - half, self.mean + half
+
+    def p_beyond(self, limit: float, higher_is_worse: bool) -> float:
+        distance = (self.mean - limit) if higher_is_worse else (limit - self.mean)
+        if self.sd == 0:
+            return 0.0 if distance > 0 else 1.0
+        return t_sf(distance / (self.sd / math.sqrt(self.n)), self.n - 1)
+
+    @property
+    def method(self) -> str:
+        return f"one-sided t test over {self.n} repeats"
+
+
+def t_test(values: Sequence[float]) -> RepeatTest | None:
+    """The repeats' mean and spread, for a one-sided test against a bound; None for one run."""
+    if len(values) < 2:
+        return None
+    mean = math.fsum(values) / len(values)
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return RepeatTest(mean, sd, len(values))
+
+
+# --- several checks: Holm -------------------------------------------------------------------------
+
+
+def holm(p_values: Mapping[object, float]) -> dict[object, float]:
+    """Holm-adjusted p-values: reject those below alpha and the family-wise error rate is alpha."""
+    ordered = sorted(p_values.items(), key=lambda kv: kv[1])
+    m, running, out = len(ordered), 0.0, {}
+    for rank, (key, p) in enumerate(ordered):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[key] = running
+    return out

@@ -18,22 +18,29 @@ per (scenario, concurrency) point, in the order they apply:
    concurrency per scenario), only rules 1-3 hold there; a baseline point that lacks the figure,
    or was measured on fewer than min_samples requests, is INCONCLUSIVE.
 
-Each SLO or ratio check is decided from the pooled point estimate x and the bound L:
-- x within L: PASS.
-- x beyond L and the violation significant at ``gate.confidence``: FAIL. Significance is
-  tested against the bound itself, not against "no change" (Kayenta's allowedIncrease):
-  * per-request metrics at mean/p50 with baseline samples: one-sided Mann-Whitney U of
-    candidate / L against the baseline samples, p < 1 - confidence;
-  * p90/p99, a baseline with figures only, and SLOs: the two-sided bootstrap interval of the
-    ratio (or of the mean, for SLOs) lies wholly beyond L;
-  * run-level metrics (throughputs, goodput, error rate) or no samples: every repeat is beyond
-    L; a single run without samples has no noise estimate and its figure stands.
-- x beyond L but not significantly: PASS when the interval's far end (x itself without an
-  interval) stays within the margin (a max ratio r allows r + (r - 1), e.g. 1.05 -> 1.10; a min
-  ratio r allows r - (1 - r); an SLO allows nothing more), else INCONCLUSIVE.
-- Repeats (with two or more): samples are pooled for the above, then the verdict must hold
-  across repeats: a FAIL needs a strict majority of repeats beyond L, a PASS needs no repeat
-  beyond the margin; otherwise the check is INCONCLUSIVE.
+Each SLO or ratio check is decided from the pooled point estimate x, the bound L and its margin
+M (a max ratio r allows r + (r - 1), e.g. 1.05 -> 1.10; a min ratio r allows r - (1 - r); an
+SLO allows nothing more: M = L), at one level alpha = 1 - ``gate.confidence``, one-sided, with a
+method for the statistic it is about (``tasks.planning.bench_stats``):
+- FAIL: x beyond L and the violation significant. Significance is tested against the bound
+  itself, not against "no change" (Kayenta's allowedIncrease):
+  * a mean or a percentile of a per-request latency (and an SLO on a mean): a bootstrap of the
+    ratio over time blocks of requests (as many consecutive requests as the concurrency, which
+    shared batch steps; ITL gaps travel with their request), against the baseline's samples
+    resampled the same way or a published figure held fixed; p from the standard error of
+    log(ratio). Repeats drift more than requests within a run vary: a side whose per-repeat
+    figures spread wider than its bootstrap allows takes their spread (random effects);
+  * a run-level figure (throughputs, goodput) with two or more repeats: a one-sided t test of
+    the repeats' ratios; a single run has no noise estimate, and its figure stands, as the error
+    rate's does.
+  The critical checks of the whole report are one family: their p-values are Holm-adjusted, so
+  the chance that an equal candidate FAILs on any of them is at most alpha. A non-critical
+  check is tested alone at alpha (its FAIL makes the report INCONCLUSIVE, never FAIL).
+- PASS: otherwise, when the interval's end on the bad side (its one-sided bound at the
+  confidence) stays within M, whether or not x itself is within L. So a candidate as bad as the
+  margin PASSes a check at most alpha of the time, however few its samples. Without an interval
+  (one run of a run-level figure), x within L.
+- INCONCLUSIVE: otherwise (too few samples or too much noise to tell either way).
 
 Outcome: FAIL if any gated critical check FAILs (error ceiling and SLOs are always critical).
 Otherwise INCONCLUSIVE if any gated check is not PASS, a non-critical FAIL included (a human
@@ -45,13 +52,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from blueprints.schema import BenchmarkSpec, GateRule, GateSpec
 from tasks.planning.bench_baseline import Baseline, BaselineEntry
 from tasks.planning.bench_judge import Bound, Verdict, fmt, judge
-from tasks.planning.bench_stats import bootstrap_ratio_ci, mann_whitney_u
-from tasks.planning.metrics import ScenarioSummary, metric_value, split_metric
+from tasks.planning.bench_stats import Blocks, RatioTest, RepeatTest, bootstrap_ratio, holm, t_test
+from tasks.planning.metrics import Samples, ScenarioSummary, metric_value, split_metric
 
 __all__ = ["GateReport", "GateRow", "Verdict", "evaluate_gate", "expected_points"]
 
@@ -70,9 +77,11 @@ class GateRow:
     reason: str
     critical: bool = False
     gated: bool = True
-    p_value: float | None = None
-    ci: tuple[float, float] | None = None   # of the ratio (ratio checks) or of the mean (SLO checks)
+    p_value: float | None = None       # of breaking the bound, alone
+    ci: tuple[float, float] | None = None   # one-sided bounds at the confidence, of the ratio (ms for SLOs)
     repeats: tuple[float, ...] = ()         # per-repeat candidate values (ratio or ms)
+    p_adjusted: float | None = None    # Holm-adjusted over the report's critical checks (what decides them)
+    method: str = ""                   # how significance was tested
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class GateReport:
     max_error_rate: float
     baseline_source: str | None = None
     baseline_run_id: str | None = None
+    critical_tests: int = 0            # the Holm family's size
 
     @property
     def scenarios(self) -> list[str]:
@@ -104,7 +114,21 @@ class _Ctx:
 
     def seed_for(self, *parts: object) -> int:
         # Stable across processes (str hash is salted), so a verdict can be reproduced.
-        return zlib.crc32("/".join(map(str, parts)).encode()) ^ self.seed
+        return (zlib.crc32("/".join(map(str, parts)).encode()) ^ self.seed) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A check whose verdict waits for every p-value of the report (Holm needs them all)."""
+
+    row: GateRow                       # verdict and reason still to be decided
+    bound: Bound
+    point: float
+    test: RatioTest | RepeatTest | None
+
+    @property
+    def in_family(self) -> bool:
+        return self.row.critical and self.row.gated and self.row.p_value is not None
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -115,136 +139,172 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
-def _repeat_significance(bound: Bound, repeats: Sequence[float]) -> tuple[bool, str]:
-    if len(repeats) >= 2:
-        n = sum(1 for r in repeats if bound.violated(r))
-        return n == len(repeats), f"{n} of {len(repeats)} repeats break it"
-    return True, "one run without per-request samples: the figure stands"
+def _per_repeat(s: ScenarioSummary, metric: str) -> tuple[float, ...]:
+    return tuple(v for r in s.repeats if (v := metric_value(r, metric)) is not None)
 
 
-def _ci_text(ci: tuple[float, float] | None, conf: float, what: str) -> str:
-    return f"{conf:.0%} CI of the {what} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "no CI"
+def _blocks(samples: Samples | None, family: str) -> Blocks | None:
+    values = samples.of(family) if samples else ()
+    return Blocks.of(values, samples.block, samples.counts_of(family)) if values else None  # type: ignore[union-attr]
 
 
-def _slo_row(s: ScenarioSummary, family: str, limit: float, blocker: str | None, ctx: _Ctx) -> GateRow:
+def _pending(row: GateRow, bound: Bound, point: float, test: RatioTest | RepeatTest | None,
+             conf: float) -> _Pending:
+    if test is None:
+        return _Pending(row, bound, point, None)
+    ci = test.bounds(conf)
+    p = test.p_beyond(bound.limit, bound.higher_is_worse)
+    return _Pending(replace(row, p_value=p, ci=ci, method=test.method), bound, point, test)
+
+
+def _slo_check(s: ScenarioSummary, family: str, limit: float, blocker: str | None,
+               ctx: _Ctx) -> GateRow | _Pending:
     metric = f"{family}_mean"
     value = metric_value(s, metric)
     bound = Bound.slo(limit)
-    reps = tuple(v for r in s.repeats if (v := metric_value(r, metric)) is not None)
-    row = dict(scenario=s.scenario, concurrency=s.concurrency, metric=metric, check="slo", candidate=value,
-               baseline=None, ratio=None, bound=bound.text(), critical=True, repeats=reps)
+    reps = _per_repeat(s, metric)
+    row = GateRow(s.scenario, s.concurrency, metric, "slo", value, None, None, bound.text(), None, "",
+                  critical=True, repeats=reps)
     if blocker:
-        return GateRow(**row, verdict=Verdict.INCONCLUSIVE, reason=f"not judged: {blocker}")
+        return replace(row, verdict=Verdict.INCONCLUSIVE, reason=f"not judged: {blocker}")
     if value is None:
-        return GateRow(**row, verdict=Verdict.INCONCLUSIVE, reason="no completed request to measure")
-    samples = s.samples.of(family) if s.samples else ()
-    ci = None
-    if samples:
-        ci = bootstrap_ratio_ci(samples, 1.0, "mean", ctx.gate.confidence,
-                                ctx.seed_for(s.scenario, s.concurrency, metric, "slo"), ctx.resamples)
-        significant, why = ci is not None and ci[0] > limit, _ci_text(ci, ctx.gate.confidence, "mean")
+        return replace(row, verdict=Verdict.INCONCLUSIVE, reason="no completed request to measure")
+    cand = _blocks(s.samples, family)
+    if cand is None:
+        test = t_test([r / limit for r in reps])
+        pending = _pending(row, Bound.max_ratio(1.0), value / limit, test, ctx.gate.confidence)
     else:
-        significant, why = _repeat_significance(bound, reps)
-    verdict, reason = judge(bound, value, significant, why, ci, reps)
-    return GateRow(**row, verdict=verdict, reason=reason, ci=ci)
+        test = bootstrap_ratio(cand, limit, "mean", ctx.seed_for(s.scenario, s.concurrency, metric, "slo"),
+                               ctx.resamples, candidate_repeats=reps)
+        pending = _pending(row, Bound.max_ratio(1.0), value / limit, test, ctx.gate.confidence)
+    # Decided on the ratio to the SLO; shown in milliseconds.
+    ci = pending.row.ci
+    shown = replace(pending.row, ci=(ci[0] * limit, ci[1] * limit) if ci else None)
+    return _Pending(shown, bound, value, pending.test)
 
 
-def _test_bound(s: ScenarioSummary, entry: BaselineEntry, metric: str, bound: Bound, ratio: float,
-                reps: tuple[float, ...], ctx: _Ctx) -> tuple[Verdict, str, float | None, tuple | None]:
-    parts = split_metric(metric)
-    cand = s.samples.of(parts[0]) if parts and s.samples else ()
-    if not cand:
-        significant, why = _repeat_significance(bound, reps)
-        verdict, reason = judge(bound, ratio, significant, why, None, reps)
-        return verdict, reason, None, None
-    family, stat = parts
-    base = entry.samples.of(family) if entry.samples else ()
-    conf = ctx.gate.confidence
-    ci = bootstrap_ratio_ci(cand, base or entry.figures[metric], stat, conf,
-                            ctx.seed_for(s.scenario, s.concurrency, metric, bound.limit), ctx.resamples)
-    p = None
-    if base and stat in ("mean", "p50"):
-        scaled = [v / bound.limit for v in cand]
-        p = mann_whitney_u(scaled, base, "greater" if bound.higher_is_worse else "less").p_value
-        significant = p < 1.0 - conf
-        why = f"Mann-Whitney p={p:.2g} against {bound.limit:g}× baseline, {_ci_text(ci, conf, 'ratio')}"
-    else:
-        significant = ci is not None and (ci[0] > bound.limit if bound.higher_is_worse else ci[1] < bound.limit)
-        why = _ci_text(ci, conf, "ratio")
-    verdict, reason = judge(bound, ratio, significant, why, ci, reps)
-    return verdict, reason, p, ci
+def _ratio_check(s: ScenarioSummary, rule: GateRule, bound: Bound, entry: BaselineEntry, row: GateRow,
+                 ctx: _Ctx) -> _Pending:
+    parts = split_metric(rule.metric)
+    cand = _blocks(s.samples, parts[0]) if parts else None
+    if cand is None:  # a run-level figure, or results without samples: the repeats are the evidence
+        return _pending(row, bound, row.ratio, t_test(row.repeats), ctx.gate.confidence)  # type: ignore[arg-type]
+    family, stat = parts  # type: ignore[misc]
+    base = _blocks(entry.samples, family) or entry.figures[rule.metric]
+    test = bootstrap_ratio(cand, base, stat, ctx.seed_for(s.scenario, s.concurrency, rule.metric, bound.limit),
+                           ctx.resamples, candidate_repeats=_per_repeat(s, rule.metric),
+                           baseline_repeats=entry.repeats.get(rule.metric, ()))
+    return _pending(row, bound, row.ratio, test, ctx.gate.confidence)  # type: ignore[arg-type]
 
 
-_SEVERITY = {Verdict.PASS: 0, Verdict.INCONCLUSIVE: 1, Verdict.FAIL: 2}
-
-
-def _ratio_row(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None, scenario_covered: bool,
-               blocker: str | None, ctx: _Ctx) -> GateRow:
+def _ratio_checks(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None, scenario_covered: bool,
+                  blocker: str | None, ctx: _Ctx) -> list[GateRow | _Pending]:
     value = metric_value(s, rule.metric)
     entry = baseline.lookup(s.scenario, s.concurrency) if baseline else None
     base = entry.figures.get(rule.metric) if entry else None
     bounds = ([Bound.max_ratio(rule.max_ratio)] if rule.max_ratio is not None else []) + \
              ([Bound.min_ratio(rule.min_ratio)] if rule.min_ratio is not None else [])
     reps = tuple(r for rep in s.repeats if (r := _ratio(metric_value(rep, rule.metric), base)) is not None)
-    row = dict(scenario=s.scenario, concurrency=s.concurrency, metric=rule.metric, check="ratio",
-               candidate=value, baseline=base, ratio=_ratio(value, base),
-               bound=" and ".join(b.text() for b in bounds) or "none", critical=rule.critical,
-               gated=bool(bounds) and not rule.report_only, repeats=reps)
+    row = GateRow(s.scenario, s.concurrency, rule.metric, "ratio", value, base, _ratio(value, base),
+                  " and ".join(b.text() for b in bounds) or "none", None, "", critical=rule.critical,
+                  gated=bool(bounds) and not rule.report_only, repeats=reps)
 
-    def verdict(v: Verdict | None, reason: str, **more) -> GateRow:
-        return GateRow(**row, verdict=v, reason=reason, **more)
+    def decided(v: Verdict | None, reason: str, **more) -> list[GateRow | _Pending]:
+        return [replace(row, verdict=v, reason=reason, **more)]
 
     if not bounds:
-        return verdict(None, "shown only: the rule sets no ratio")
+        return decided(None, "shown only: the rule sets no ratio")
     if not scenario_covered:
-        return verdict(Verdict.INCONCLUSIVE, f"the baseline has no point for scenario {s.scenario}")
+        return decided(Verdict.INCONCLUSIVE, f"the baseline has no point for scenario {s.scenario}")
     if entry is None:
-        return GateRow(**{**row, "gated": False}, verdict=None,
-                       reason=f"not compared: the baseline has no point at concurrency {s.concurrency} "
-                              "(held to the SLOs and the error ceiling only)")
+        return decided(None, f"not compared: the baseline has no point at concurrency {s.concurrency} "
+                             "(held to the SLOs and the error ceiling only)", gated=False)
     if base is None:
-        return verdict(Verdict.INCONCLUSIVE, f"the baseline has no {rule.metric} figure here")
+        return decided(Verdict.INCONCLUSIVE, f"the baseline has no {rule.metric} figure here")
     if entry.completed is not None and entry.completed < ctx.gate.min_samples:
-        return verdict(Verdict.INCONCLUSIVE, f"the baseline measured only {entry.completed} requests "
+        return decided(Verdict.INCONCLUSIVE, f"the baseline measured only {entry.completed} requests "
                                              f"(< min_samples {ctx.gate.min_samples})")
     if blocker:
-        return verdict(Verdict.INCONCLUSIVE, f"not judged: {blocker}")
+        return decided(Verdict.INCONCLUSIVE, f"not judged: {blocker}")
     if value is None:
-        return verdict(Verdict.INCONCLUSIVE, "the candidate has no value for this metric")
-    results = [_test_bound(s, entry, rule.metric, b, row["ratio"], reps, ctx) for b in bounds]
-    v, reason, p, ci = max(results, key=lambda res: _SEVERITY[res[0]])
-    return verdict(v, reason, p_value=p, ci=ci)
+        return decided(Verdict.INCONCLUSIVE, "the candidate has no value for this metric")
+    # A rule with both bounds is one row per bound; the worse verdict is kept (_merge_bounds).
+    return [_ratio_check(s, rule, b, entry, replace(row, bound=b.text()), ctx) for b in bounds]
 
 
-def _point_rows(s: ScenarioSummary, baseline: Baseline | None, scenario_covered: bool,
-                ctx: _Ctx) -> list[GateRow]:
+def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covered: bool,
+                  ctx: _Ctx) -> list[GateRow | _Pending]:
     g = ctx.gate
-    base = dict(scenario=s.scenario, concurrency=s.concurrency, baseline=None, ratio=None)
     errors_bad = s.error_rate > g.max_error_rate
-    rows = [GateRow(**base, metric="error_rate", check="errors", candidate=s.error_rate,
-                    bound=f"≤ {g.max_error_rate:.2%} of requests", critical=True,
-                    repeats=tuple(r.error_rate for r in s.repeats),
-                    verdict=Verdict.FAIL if errors_bad else Verdict.PASS,
-                    reason=f"{s.failed} of {s.requests} requests failed ({s.error_rate:.2%})")]
+    out: list[GateRow | _Pending] = [
+        GateRow(s.scenario, s.concurrency, "error_rate", "errors", s.error_rate, None, None,
+                f"≤ {g.max_error_rate:.2%} of requests", Verdict.FAIL if errors_bad else Verdict.PASS,
+                f"{s.failed} of {s.requests} requests failed ({s.error_rate:.2%})", critical=True,
+                repeats=tuple(r.error_rate for r in s.repeats))]
     blockers = []
     few = s.completed < g.min_samples
     if few:
         blockers.append(f"only {s.completed} completed requests (< min_samples {g.min_samples})")
-    rows.append(GateRow(**base, metric="completed", check="samples", candidate=float(s.completed),
-                        bound=f"≥ {g.min_samples} requests", verdict=Verdict.INCONCLUSIVE if few else Verdict.PASS,
-                        reason=blockers[-1] if few else "enough samples"))
+    out.append(GateRow(s.scenario, s.concurrency, "completed", "samples", float(s.completed), None, None,
+                       f"≥ {g.min_samples} requests", Verdict.INCONCLUSIVE if few else Verdict.PASS,
+                       blockers[-1] if few else "enough samples"))
     if s.client_saturated:
         blockers.append("the load generator was saturated, so latencies would measure the client")
-    rows.append(GateRow(**base, metric="client", check="client", candidate=None, bound="not saturated",
-                        verdict=Verdict.INCONCLUSIVE if s.client_saturated else Verdict.PASS,
-                        reason=blockers[-1] if s.client_saturated else "the load generator kept up"))
+    out.append(GateRow(s.scenario, s.concurrency, "client", "client", None, None, None, "not saturated",
+                       Verdict.INCONCLUSIVE if s.client_saturated else Verdict.PASS,
+                       blockers[-1] if s.client_saturated else "the load generator kept up"))
     blocker = "; ".join(blockers) or None
     for family in ("ttft", "tpot", "e2e"):
         limit = getattr(g.slo, f"{family}_ms")
         if limit is not None:
-            rows.append(_slo_row(s, family, limit, blocker, ctx))
-    rows.extend(_ratio_row(s, rule, baseline, scenario_covered, blocker, ctx) for rule in g.rules)
-    return rows
+            out.append(_slo_check(s, family, limit, blocker, ctx))
+    for rule in g.rules:
+        out.extend(_ratio_checks(s, rule, baseline, scenario_covered, blocker, ctx))
+    return out
+
+
+def _decide(checks: list[GateRow | _Pending], alpha: float) -> tuple[list[GateRow], int]:
+    """Every pending check decided: the critical ones as one Holm family, the others alone."""
+    family = {i: c.row.p_value for i, c in enumerate(checks) if isinstance(c, _Pending) and c.in_family}
+    adjusted = holm(family)
+    rows = []
+    for i, c in enumerate(checks):
+        if isinstance(c, GateRow):
+            rows.append(c)
+            continue
+        row = c.row
+        if row.p_value is None:
+            significant, why = True, ("one run without per-request samples: the figure stands" if len(row.repeats) < 2
+                                      else "no interval could be computed: the figure stands")
+        elif i in adjusted:
+            p_adj = adjusted[i]
+            significant = p_adj < alpha
+            why = (f"{row.method}: p={row.p_value:.2g}, Holm-adjusted over {len(family)} critical checks "
+                   f"{p_adj:.2g} {'<' if significant else '≥'} {alpha:g}")
+            row = replace(row, p_adjusted=p_adj)
+        else:
+            significant = row.p_value < alpha
+            why = f"{row.method}: p={row.p_value:.2g} {'<' if significant else '≥'} {alpha:g}"
+        verdict, reason = judge(c.bound, c.point, significant, why, row.ci)
+        rows.append(replace(row, verdict=verdict, reason=reason))
+    return _merge_bounds(rows), len(family)
+
+
+_SEVERITY = {None: -1, Verdict.PASS: 0, Verdict.INCONCLUSIVE: 1, Verdict.FAIL: 2}
+
+
+def _merge_bounds(rows: list[GateRow]) -> list[GateRow]:
+    """A ratio rule with a max and a min bound shows one row: the worse of its two verdicts."""
+    out: list[GateRow] = []
+    for row in rows:
+        prev = out[-1] if out else None
+        if (prev is not None and row.check == "ratio" and prev.check == "ratio"
+                and (prev.scenario, prev.concurrency, prev.metric) == (row.scenario, row.concurrency, row.metric)):
+            keep = row if _SEVERITY[row.verdict] > _SEVERITY[prev.verdict] else prev
+            out[-1] = replace(keep, bound=f"{prev.bound} and {row.bound}")
+        else:
+            out.append(row)
+    return out
 
 
 def _outcome(rows: Sequence[GateRow]) -> tuple[Verdict, tuple[str, ...]]:
@@ -276,14 +336,15 @@ def evaluate_gate(candidate: Iterable[ScenarioSummary], baseline: Baseline | Non
     ctx = _Ctx(gate, seed, resamples)
     summaries = sorted(candidate, key=lambda s: (s.scenario, s.concurrency))
     covered = {s.scenario for s in summaries if baseline and baseline.lookup(s.scenario, s.concurrency)}
-    rows: list[GateRow] = []
+    checks: list[GateRow | _Pending] = []
     for s in summaries:
-        rows.extend(_point_rows(s, baseline, s.scenario in covered, ctx))
+        checks.extend(_point_checks(s, baseline, s.scenario in covered, ctx))
     measured = {(s.scenario, s.concurrency) for s in summaries}
     for scenario, concurrency in expected or ():
         if (scenario, concurrency) not in measured:
-            rows.append(GateRow(scenario, concurrency, "results", "results", None, None, None, "measured",
-                                Verdict.INCONCLUSIVE, "no results for this point"))
+            checks.append(GateRow(scenario, concurrency, "results", "results", None, None, None, "measured",
+                                  Verdict.INCONCLUSIVE, "no results for this point"))
+    rows, family = _decide(checks, 1.0 - gate.confidence)
     outcome, reasons = _outcome(rows)
     return GateReport(outcome, reasons, tuple(rows), gate.confidence, gate.min_samples, gate.max_error_rate,
-                      baseline.source if baseline else None, baseline.run_id if baseline else None)
+                      baseline.source if baseline else None, baseline.run_id if baseline else None, family)

@@ -20,12 +20,14 @@ All timestamps are ``time.perf_counter()`` seconds taken by the load generator.
   to the SLO meets it) / duration. As in vLLM, a one-token output meets the TPOT SLO. With no
   SLO set, goodput equals request throughput.
 - Error rate = failed / all requests (0 when there were none).
+- Samples are kept in send order, with each request's ITL gap count and the point's concurrency,
+  so the gate can resample requests that were in flight together as one block.
 - Statistics: mean, p50, p90, p99 (linear interpolation between closest ranks, numpy's default)
   and the population standard deviation (numpy's ``std``), in milliseconds.
 
 Several repeats of one point are pooled: samples are concatenated and throughputs divide by the
 summed duration. Each repeat is also summarised on its own (``ScenarioSummary.repeats``) so the
-gate can ask whether a verdict holds across repeats.
+gate can see how far repeats drift apart.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from blueprints.schema import SloSpec
+from blueprints.schema import SERVER_METRICS, SloSpec
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,17 @@ class Samples:
     tpot: tuple[float, ...] = ()
     itl: tuple[float, ...] = ()
     e2e: tuple[float, ...] = ()
+    # How the values are grouped for the gate's bootstrap: ITL gaps per request (in order), and
+    # requests per time block (the point's concurrency: requests in flight together share batches).
+    itl_counts: tuple[int, ...] = ()
+    block: int = 1
 
     def of(self, family: str) -> tuple[float, ...]:
         return getattr(self, family)
+
+    def counts_of(self, family: str) -> tuple[int, ...]:
+        """Values per request of ``family`` (empty: one value each)."""
+        return self.itl_counts if family == "itl" else ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,10 @@ class ScenarioSummary:
     client_saturated: bool = False
     samples: Samples | None = None
     repeats: tuple["ScenarioSummary", ...] = field(default=())
+    # What the engines and GPUs said (tasks.planning.server_figures): figure -> (numerator,
+    # denominator), and why a figure is missing.
+    server: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    server_notes: tuple[str, ...] = ()
 
 
 # The gate's metric names (blueprints.schema.Metric) and where each lives in a summary.
@@ -179,6 +193,9 @@ def metric_value(summary: ScenarioSummary, metric: str) -> float | None:
         return getattr(getattr(summary, parts[0]), parts[1])
     if metric in RUN_LEVEL_METRICS:
         return getattr(summary, metric)
+    if metric in SERVER_METRICS:
+        num, den = summary.server.get(metric, (0.0, 0.0))
+        return num / den if den else None
     raise ValueError(f"unknown metric {metric!r}")
 
 
@@ -198,7 +215,8 @@ def _summarise_once(scenario: str, concurrency: int, records: Sequence[RequestRe
                     slo: SloSpec, client_saturated: bool, keep_samples: bool) -> ScenarioSummary:
     if duration_s <= 0:
         raise ValueError(f"duration must be positive, got {duration_s}")
-    done = [r for r in records if r.completed]
+    # In send order: consecutive requests are the ones that were in flight together.
+    done = sorted((r for r in records if r.completed), key=lambda r: (r.repeat, r.send_ts))
     ttft = tuple(r.ttft_s * 1000.0 for r in done)
     tpot = tuple(r.tpot_s * 1000.0 for r in done if r.tpot_s is not None)
     e2e = tuple(r.e2e_s * 1000.0 for r in done)
@@ -218,7 +236,8 @@ def _summarise_once(scenario: str, concurrency: int, records: Sequence[RequestRe
         error_rate=(len(records) - len(done)) / len(records) if records else 0.0,
         prompt_tokens_mean=in_tokens / len(done) if done else None,
         client_saturated=client_saturated,
-        samples=Samples(ttft, tpot, itl, e2e) if keep_samples else None,
+        samples=Samples(ttft, tpot, itl, e2e, tuple(len(r.itl_s) for r in done), max(1, concurrency))
+        if keep_samples else None,
     )
 
 

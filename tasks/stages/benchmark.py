@@ -2,7 +2,9 @@
 
 For each repeat, scenario and concurrency of the blueprint (repeats outermost, so slow drift
 spreads over every point instead of biasing one) one load point runs; its every request is kept.
-The points are summarised (repeats pooled, each also on its own) and judged by the pure gate.
+With ``server`` (``tasks.stages.benchmark_server``), the engines' and the GPUs' metrics are read
+around each point too. The points are summarised (repeats pooled, each also on its own) and
+judged by the pure gate.
 
 Files, under the run's directory ``<state>/runs/<deployment>/<run_id>/bench/``::
 
@@ -21,7 +23,7 @@ import base64
 import json
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from blueprints.schema import Blueprint
@@ -31,12 +33,15 @@ from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_r
                                           loads_results)
 from tasks.planning.bench_report import render_markdown
 from tasks.planning.gate import GateReport, evaluate_gate, expected_points
-from tasks.planning.metrics import ScenarioSummary, summarize
+from tasks.planning.metrics import ScenarioSummary, metric_value, summarize
+from tasks.planning.server_figures import UNITS, ServerFigures, pool
 from tasks.stages.benchmark_plot import plot_png
 
 RAW_VERSION = 1
 Load = Callable[[LoadSpec], LoadResult]
 Progress = Callable[[int, int, LoadSpec], None]
+# Runs one load point with the server's metrics read around it (benchmark_server.ServerMetrics.around).
+Around = Callable[[Callable[[], LoadResult]], tuple[LoadResult, ServerFigures]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def load_specs(bp: Blueprint, target: str, run_id: str) -> list[LoadSpec]:
             for r in range(bench.repeats) for s in bench.scenarios for c in s.concurrencies]
 
 
-def _raw_document(result: LoadResult) -> str:
+def _raw_document(result: LoadResult, server: ServerFigures | None) -> str:
     client = {"cpu_s": result.client_cpu_s, "cpu_share": result.client_cpu_share,
               "loop_lag_mean_s": result.loop_lag_mean_s, "loop_lag_p99_s": result.loop_lag_p99_s,
               "loop_lag_max_s": result.loop_lag_max_s, "saturated": result.saturated, "saturation": result.saturation}
@@ -92,23 +97,25 @@ def _raw_document(result: LoadResult) -> str:
                        "warmup_requests": result.warmup_requests, "client": client,
                        "input": {"exact": result.input_lengths_exact, "note": result.input_note,
                                  "usage_missing": result.usage_missing},
+                       "server": None if server is None else {"figures": dict(server.values),
+                                                              "notes": list(server.notes)},
                        "records": [asdict(r) for r in result.records]})
 
 
 def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load: Load,
-                  progress: Progress | None = None) -> BenchmarkRun:
+                  progress: Progress | None = None, server: Around | None = None) -> BenchmarkRun:
     """Run every load point against ``target`` and write the raw records and the summaries."""
     directory = Path(directory)
     specs = load_specs(bp, target, run_id)
-    results: dict[tuple[str, int], list[LoadResult]] = {}
+    results: dict[tuple[str, int], list[tuple[LoadResult, ServerFigures | None]]] = {}
     notes = []
     for i, spec in enumerate(specs):
         if progress:
             progress(i, len(specs), spec)
-        result = load(spec)
+        result, figures = server(lambda: load(spec)) if server else (load(spec), None)
         raw = directory / "raw" / f"{spec.scenario}-c{spec.concurrency}-r{spec.repeat}.json"
-        write_atomic(raw, _raw_document(result))
-        results.setdefault((spec.scenario, spec.concurrency), []).append(result)
+        write_atomic(raw, _raw_document(result, figures))
+        results.setdefault((spec.scenario, spec.concurrency), []).append((result, figures))
         notes.append(PointNote(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
                                sum(1 for r in result.records if not r.completed), result.client_cpu_share,
                                result.loop_lag_p99_s * 1000.0, result.saturated, result.saturation,
@@ -121,11 +128,23 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
     return BenchmarkRun(target, str(directory), str(results_path), tuple(notes))
 
 
-def _summary(bp: Blueprint, scenario: str, concurrency: int, runs: list[LoadResult]) -> ScenarioSummary:
-    records = [r for run in runs for r in run.records]
-    durations = {run.spec.repeat: run.duration_s for run in runs}
-    return summarize(records, durations, bp.gate.slo, any(run.saturated for run in runs),
-                     scenario=scenario, concurrency=concurrency)
+def _summary(bp: Blueprint, scenario: str, concurrency: int,
+             runs: list[tuple[LoadResult, ServerFigures | None]]) -> ScenarioSummary:
+    records = [r for run, _ in runs for r in run.records]
+    durations = {run.spec.repeat: run.duration_s for run, _ in runs}
+    summary = summarize(records, durations, bp.gate.slo, any(run.saturated for run, _ in runs),
+                        scenario=scenario, concurrency=concurrency)
+    measured = {run.spec.repeat: figs for run, figs in runs if figs is not None}
+    if not measured:
+        return summary
+
+    def with_figures(s: ScenarioSummary, figs: ServerFigures) -> ScenarioSummary:
+        return replace(s, server=dict(figs.values), server_notes=figs.notes)
+
+    # summarize() orders the repeats by their index, as the runs were keyed.
+    repeats = tuple(with_figures(rep, measured[k]) if k in measured else rep
+                    for k, rep in zip(sorted(durations), summary.repeats))
+    return replace(with_figures(summary, pool(measured.values())), repeats=repeats)
 
 
 def read_results(path: str | Path) -> list[ScenarioSummary]:
@@ -159,15 +178,59 @@ def _notes_markdown(notes: tuple[PointNote, ...]) -> list[str]:
     return lines
 
 
-def report_markdown(report: GateReport, notes: tuple[PointNote, ...], png: bytes, png_path: Path) -> str:
+_SERVER_COLUMNS = (("prefill_queue_ms_mean", "prefill queue"), ("decode_queue_ms_mean", "decode queue"),
+                   ("kv_transfer_ms_mean", "KV transfer"), ("kv_transfer_mib_mean", "KV per transfer"),
+                   ("spec_acceptance", "spec. acceptance"), ("prefill_gpu_util", "prefill GPU"),
+                   ("decode_gpu_util", "decode GPU"))
+
+
+def _figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "":
+        return f"{value:.1%}"
+    return f"{value:.1f} %" if unit == "%" else f"{value:.3g} {unit}"
+
+
+def server_markdown(summaries: list[ScenarioSummary], baseline: Baseline) -> list[str]:
+    """What the engines and the GPUs said per point, beside the baseline's where it has them."""
+    if not any(s.server or s.server_notes for s in summaries):
+        return []
+    lines = ["## What the servers said (candidate; baseline in brackets)", "",
+             "| scenario | concurrency | " + " | ".join(title for _, title in _SERVER_COLUMNS) + " |",
+             "|---|---|" + "---|" * len(_SERVER_COLUMNS)]
+    for s in sorted(summaries, key=lambda s: (s.scenario, s.concurrency)):
+        entry = baseline.lookup(s.scenario, s.concurrency)
+        cells = []
+        for name, _ in _SERVER_COLUMNS:
+            cell = _figure(metric_value(s, name), UNITS[name])
+            base = entry.figures.get(name) if entry else None
+            cells.append(cell + (f" ({_figure(base, UNITS[name])})" if base is not None else ""))
+        lines.append(f"| {s.scenario} | {s.concurrency} | " + " | ".join(cells) + " |")
+    notes = dict.fromkeys(n for s in summaries for n in s.server_notes)
+    lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
+    return lines
+
+
+def server_json(summaries: list[ScenarioSummary]) -> dict:
+    """{scenario: {concurrency: {figure: value}}} for gate.json; empty when nothing was read."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for s in summaries if any(s.server or s.server_notes for s in summaries) else ():
+        out.setdefault(s.scenario, {})[str(s.concurrency)] = {name: metric_value(s, name) for name, _ in _SERVER_COLUMNS}
+    return out
+
+
+def report_markdown(report: GateReport, notes: tuple[PointNote, ...], png: bytes, png_path: Path,
+                    server: list[str] = ()) -> str:
     """The rationale, the measurement notes, and the plot inline.
 
     Prefect's image artifact needs a publicly reachable URL, which a worker's disk is not, so
     the PNG is embedded as a data URI (the UI renders it; about 40 KB) and its path is given too.
     """
     data = base64.b64encode(png).decode()
-    return "\n".join([render_markdown(report), *_notes_markdown(notes), "## TTFT and TPOT against concurrency",
-                      "", f"![TTFT and TPOT against concurrency, candidate vs baseline](data:image/png;base64,{data})",
+    return "\n".join([render_markdown(report), *_notes_markdown(notes), *server, "## Against concurrency",
+                      "", f"![TTFT, TPOT and what the servers said against concurrency, candidate vs baseline]"
+                          f"(data:image/png;base64,{data})",
                       "", f"The same plot on the worker: `{png_path}`", ""])
 
 
@@ -178,7 +241,9 @@ def write_report(directory: Path, report: GateReport, report_json: dict, summari
     png = plot_png(summaries, baseline, title)
     png_path = directory / "gate.png"
     write_atomic(png_path, png)
-    write_atomic(directory / "gate.json", json.dumps(report_json, indent=1))
-    markdown = report_markdown(report, notes, png, png_path)
+    server = server_json(summaries)
+    write_atomic(directory / "gate.json", json.dumps({**report_json, **({"server": server} if server else {})},
+                                                     indent=1))
+    markdown = report_markdown(report, notes, png, png_path, server_markdown(summaries, baseline))
     write_atomic(directory / "gate.md", markdown)
     return png_path, markdown

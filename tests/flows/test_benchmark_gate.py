@@ -5,6 +5,7 @@ paused for a person. Faults are injected into green's engines only (tests/sandbo
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -145,6 +146,14 @@ def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     markdown = _artifact(f"gate-{bp.name}").data
     assert "# Promotion gate: PASS" in markdown and "data:image/png;base64," in markdown
     assert _artifact(f"gate-{bp.name}-short").type == "table"
+    # What the candidate's engines and GPUs said, read around the point: queueing on both roles,
+    # the GPUs of both roles busy (the cluster's DCGM exporter), and why no KV transfer figure.
+    assert "## What the servers said" in markdown
+    assert "vLLM's MooncakeConnector exports no transfer metrics" in markdown
+    figures = json.loads(Path(result.gate.report).read_text())["server"]["short"]["4"]
+    assert figures["prefill_queue_ms_mean"] is not None and figures["decode_queue_ms_mean"] is not None
+    assert 0 < figures["prefill_gpu_util"] <= 100 and 0 < figures["decode_gpu_util"] <= 100, figures
+    assert figures["kv_transfer_ms_mean"] is None and figures["spec_acceptance"] is None
     [event] = _gate_events(bp.name, run_id)
     assert event["event"] == "pdlift.gate.pass" and event["payload"]["outcome"] == "PASS"
 

@@ -140,3 +140,31 @@ def test_deleting_a_pod_stops_its_process(core, test_nodes, kube_namespace):
     assert answers()
     core.delete_namespaced_pod("server", kube_namespace)
     wait_for(lambda: not answers(), timeout=10, what="the pod's server to stop")
+
+
+def test_the_gpu_operators_dcgm_exporter_runs_once_on_every_gpu_node_and_serves_gpu_utilisation(
+        kube_client, core, test_nodes):
+    import urllib.request
+
+    gpu = test_nodes.join("g0", allocatable={"nvidia.com/gpu": "8"}).metadata.name
+    gpu_instance = test_nodes.instance_ids[-1]
+    cpu = test_nodes.join("c0", allocatable={}).metadata.name
+    apps = client.AppsV1Api(kube_client)
+    ds = apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-operator")
+    assert ds.spec.template.spec.node_selector == {"nvidia.com/gpu.present": "true"}
+
+    def exporter_on(node_name):
+        pods = core.list_namespaced_pod("gpu-operator", label_selector="app=nvidia-dcgm-exporter").items
+        return [p for p in pods if p.spec.node_name == node_name and p.status.pod_ip]
+
+    (pod,) = wait_for(lambda: [p for p in exporter_on(gpu) if any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])],
+        what="a ready DCGM exporter on the GPU node")
+    assert not exporter_on(cpu)                                   # no GPUs, no exporter
+    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:9400/metrics", timeout=5) as r:
+        text = r.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(lines) == 8 and all(line.endswith(" 0") for line in lines)     # idle: nothing runs there
+    assert 'gpu="7"' in text and 'modelName="NVIDIA H200"' in text
+    test_nodes.sandbox.leave(gpu_instance)
+    wait_for(lambda: not exporter_on(gpu), what="the exporter to go with its node")

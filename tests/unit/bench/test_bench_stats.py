@@ -1,107 +1,128 @@
-"""Mann-Whitney U and the seeded bootstrap, against hand-computed and enumerated values."""
+"""The gate's statistics against hand-computed values: the time-block bootstrap, Student's t, Holm."""
 
-import itertools
+import math
 import random
-import time
 
+import numpy as np
 import pytest
 
-from tests.timing import timing
-from tasks.planning.bench_stats import bootstrap_ratio_ci, mann_whitney_u, normal_sf
-
-MALES = [19, 22, 16, 29, 24]      # scipy.stats.mannwhitneyu's documented example
-FEMALES = [20, 11, 17, 12]
+from tasks.planning.bench_stats import (Blocks, RatioTest, betainc, bootstrap_ratio, holm, normal_quantile,
+                                        normal_sf, t_quantile, t_sf, t_test)
 
 
-def test_the_exact_p_value_matches_enumerating_every_ordering():
-    result = mann_whitney_u(MALES, FEMALES, "greater")
-    assert result.u == 17 and result.method == "exact"
-    # Enumerate which 5 of the 9 pooled values could have been the first sample.
-    pooled = MALES + FEMALES
-    at_least = total = 0
-    for chosen in itertools.combinations(range(9), 5):
-        x = [pooled[i] for i in chosen]
-        y = [pooled[i] for i in range(9) if i not in chosen]
-        at_least += sum(a > b for a in x for b in y) >= 17
-        total += 1
-    assert result.p_value == pytest.approx(at_least / total) == pytest.approx(7 / 126)
-
-
-def test_the_normal_approximation_matches_a_hand_computed_value():
-    # 21 values each, no ties: U1 = 210, mean 220.5, sd sqrt(441 * 43 / 12) = 39.75,
-    # z = (210 - 220.5 - 0.5) / 39.75 = -0.2767, P(Z > z) = 0.6090.
-    x = list(range(1, 22))
-    y = [v + 0.5 for v in x]
-    result = mann_whitney_u(x, y, "greater")
-    assert result.method == "normal" and result.u == 210
-    assert result.p_value == pytest.approx(0.6090, abs=5e-4)
-
-
-def test_ties_get_average_ranks_and_shrink_the_variance():
-    # Ranks: 1 | 2,2,2 -> 3 | 3,3 -> 5.5; U1 = 1 + 3 + 3 + 5.5 - 10 = 2.5. Tie term 24 + 6 = 30,
-    # var = 16/12 * (9 - 30/56) = 11.2857; "less": z = (13.5 - 8 - 0.5) / 3.3594 = 1.4884, p = 0.0683.
-    result = mann_whitney_u([1, 2, 2, 3], [2, 3, 4, 5], "less")
-    assert result.u == 2.5 and result.method == "normal"
-    assert result.p_value == pytest.approx(0.0683, abs=5e-4)
-
-
-def test_identical_samples_are_never_significant():
-    rng = random.Random(4)
-    values = [rng.random() for _ in range(200)]
-    assert mann_whitney_u(values, values, "greater").p_value > 0.5
-    assert mann_whitney_u([3.0] * 30, [3.0] * 30, "greater").p_value == 1.0
-
-
-def test_a_clear_shift_is_significant_in_its_direction_only():
-    rng = random.Random(5)
-    slow = [rng.gauss(12, 1) for _ in range(300)]
-    fast = [rng.gauss(10, 1) for _ in range(300)]
-    assert mann_whitney_u(slow, fast, "greater").p_value < 1e-6
-    assert mann_whitney_u(slow, fast, "less").p_value > 0.99
-
-
-def test_the_normal_tail_is_right_at_known_points():
+def test_the_normal_tail_and_quantile_are_right_at_known_points():
     assert normal_sf(0) == pytest.approx(0.5)
     assert normal_sf(1.6449) == pytest.approx(0.05, abs=1e-4)
+    assert normal_quantile(0.95) == pytest.approx(1.644854, abs=1e-6)
+    assert normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-6)
+
+
+def test_students_t_matches_the_tables():
+    # one-sided 5% critical values: df 2 -> 2.920, df 4 -> 2.132, df 30 -> 1.697
+    for df, t in ((2, 2.919986), (4, 2.131847), (30, 1.697261)):
+        assert t_sf(t, df) == pytest.approx(0.05, abs=1e-6)
+        assert t_quantile(0.95, df) == pytest.approx(t, abs=1e-5)
+    assert t_sf(0.0, 5) == pytest.approx(0.5) and t_sf(-2.015, 5) == pytest.approx(0.95, abs=1e-4)
+    assert betainc(2, 3, 0.4) == pytest.approx(0.5248)  # 1 - sum over the binomial(4, 0.4) tail
+
+
+def test_the_t_test_of_repeats_is_one_sided_at_the_bound():
+    test = t_test([0.80, 0.82, 0.84])  # mean 0.82, sd 0.02, se 0.011547
+    assert (test.mean, test.sd) == (pytest.approx(0.82), pytest.approx(0.02))
+    # min bound 0.9: t = (0.9 - 0.82) / 0.011547 = 6.93 on 2 df
+    assert test.p_beyond(0.9, higher_is_worse=False) == pytest.approx(t_sf(0.08 / (0.02 / math.sqrt(3)), 2))
+    assert test.p_beyond(0.9, higher_is_worse=False) < 0.05 < test.p_beyond(0.8, higher_is_worse=False)
+    lo, hi = test.bounds(0.95)
+    assert hi == pytest.approx(0.82 + 2.919986 * 0.02 / math.sqrt(3), abs=1e-5) and lo < 0.82
+    assert t_test([0.8]) is None  # one run: no noise estimate
+    assert t_test([0.8, 0.8]).p_beyond(0.9, False) == 0.0 and t_test([1.0, 1.0]).p_beyond(0.9, False) == 1.0
+
+
+def test_holm_adjusts_by_rank_and_keeps_the_order_of_the_raw_p_values():
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    assert adjusted == {"a": pytest.approx(0.03), "c": pytest.approx(0.06), "b": pytest.approx(0.06)}
+    assert holm({"only": 0.02}) == {"only": 0.02}
+    assert holm({}) == {}
+    assert holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}  # capped at 1
+
+
+def test_the_bound_and_the_p_value_say_the_same_thing():
+    test = RatioTest(1.2, 0.05, "hand-made")
+    lo, hi = test.bounds(0.95)
+    assert lo == pytest.approx(1.2 * math.exp(-1.644854 * 0.05)) and hi == pytest.approx(1.2 * math.exp(1.644854 * 0.05))
+    assert test.p_beyond(lo, True) == pytest.approx(0.05, abs=1e-6)      # exactly at the lower bound: p = alpha
+    assert test.p_beyond(1.1, True) < 0.05 < test.p_beyond(1.15, True)    # 1.1 < lo = 1.106 < 1.15
+    assert test.p_beyond(1.31, False) < 0.05 < test.p_beyond(1.30, False)  # hi = 1.3028: a min bound above it
+    assert RatioTest(1.2, 0.0, "").p_beyond(1.1, True) == 0.0 and RatioTest(1.0, 0.0, "").p_beyond(1.1, True) == 1.0
 
 
 def test_the_bootstrap_is_reproducible_for_a_seed():
     rng = random.Random(6)
-    a = [rng.lognormvariate(3, 0.2) for _ in range(200)]
-    b = [rng.lognormvariate(3, 0.2) for _ in range(200)]
-    assert bootstrap_ratio_ci(a, b, "mean", 0.95, seed=1) == bootstrap_ratio_ci(a, b, "mean", 0.95, seed=1)
-    assert bootstrap_ratio_ci(a, b, "mean", 0.95, seed=1) != bootstrap_ratio_ci(a, b, "mean", 0.95, seed=2)
+    a = Blocks.of([rng.lognormvariate(3, 0.2) for _ in range(200)])
+    b = Blocks.of([rng.lognormvariate(3, 0.2) for _ in range(200)])
+    assert bootstrap_ratio(a, b, "mean", seed=1) == bootstrap_ratio(a, b, "mean", seed=1)
+    assert bootstrap_ratio(a, b, "mean", seed=1) != bootstrap_ratio(a, b, "mean", seed=2)
 
 
 @pytest.mark.parametrize("stat", ["mean", "p50", "p99"])
 def test_the_bootstrap_interval_brackets_a_known_ratio(stat):
     rng = random.Random(7)
-    base = [rng.lognormvariate(3, 0.1) for _ in range(400)]
-    slower = [rng.lognormvariate(3, 0.1) * 1.2 for _ in range(400)]
-    lo, hi = bootstrap_ratio_ci(slower, base, stat, 0.95, seed=3)
-    assert lo < 1.2 < hi
-    assert lo > 1.0
+    base = Blocks.of([rng.lognormvariate(3, 0.1) for _ in range(400)])
+    slower = Blocks.of([rng.lognormvariate(3, 0.1) * 1.2 for _ in range(400)])
+    lo, hi = bootstrap_ratio(slower, base, stat, seed=3).bounds(0.95)
+    assert 1.0 < lo < 1.2 < hi
+
+
+def test_the_standard_error_of_a_mean_ratio_is_the_textbook_one():
+    # log-normal sigma 0.3 on both sides, 900 values each: se(log mean ratio) ~ cv * sqrt(2 / n)
+    rng = np.random.default_rng(11)
+    a, b = rng.lognormal(0, 0.3, 900), rng.lognormal(0, 0.3, 900)
+    cv = math.sqrt(math.exp(0.09) - 1)
+    se = bootstrap_ratio(Blocks.of(a), Blocks.of(b), "mean", seed=0, resamples=2000).se_log
+    assert se == pytest.approx(cv * math.sqrt(2 / 900), rel=0.12)
 
 
 def test_against_a_fixed_figure_only_the_candidate_is_resampled():
-    values = [9.0, 10.0, 11.0] * 100
-    lo, hi = bootstrap_ratio_ci(values, 5.0, "mean", 0.95, seed=0)
-    assert lo < 2.0 < hi and hi - lo < 0.1
+    values = Blocks.of([9.0, 10.0, 11.0] * 100)
+    test = bootstrap_ratio(values, 5.0, "mean", seed=0)
+    lo, hi = test.bounds(0.95)
+    assert test.ratio == pytest.approx(2.0) and lo < 2.0 < hi and hi - lo < 0.05
+    assert "a published figure" in test.method
 
 
-def test_a_zero_baseline_has_no_ratio():
-    assert bootstrap_ratio_ci([1.0, 2.0], 0.0, "mean", 0.95, seed=0) is None
-    assert bootstrap_ratio_ci([], [1.0], "mean", 0.95, seed=0) is None
+def test_blocks_of_requests_that_moved_together_widen_the_interval():
+    # 40 batches of 8 requests, each batch sharing a slow or fast step: iid resampling sees 320
+    # values; the batches are only 40 independent observations.
+    rng = np.random.default_rng(5)
+    steps = np.repeat(rng.lognormal(0, 0.3, 40), 8) * rng.lognormal(0, 0.02, 320)
+    as_if_independent = bootstrap_ratio(Blocks.of(steps, block=1), 1.0, "mean", seed=0).se_log
+    by_block = bootstrap_ratio(Blocks.of(steps, block=8), 1.0, "mean", seed=0).se_log
+    assert by_block > 2 * as_if_independent
 
 
-@timing
-def test_many_thousand_samples_stay_fast_and_narrow():
-    rng = random.Random(8)
-    a = [rng.expovariate(1.0) for _ in range(20000)]
-    b = [rng.expovariate(1.0) for _ in range(20000)]
-    start = time.perf_counter()
-    lo, hi = bootstrap_ratio_ci(a, b, "mean", 0.95, seed=0)
-    p = mann_whitney_u(a, b, "greater").p_value
-    assert time.perf_counter() - start < 5.0
-    assert lo < 1.0 < hi and hi - lo < 0.06      # about 2 * 1.96 * sqrt(2 / 20000) = 0.039
-    assert 0 < p < 1
+def test_itl_gaps_are_resampled_with_their_request():
+    # two requests: one with 9 fast gaps, one with 1 slow gap; by request, half the replicates
+    # draw mostly one kind (a wide spread); by gap it would be narrow around the pooled mean.
+    gaps = [1.0] * 9 + [10.0]
+    grouped = Blocks.of(gaps, counts=[9, 1])
+    assert grouped.n_blocks == 2 and grouped.stat("mean") == pytest.approx(1.9)
+    reps = grouped.replicates("mean", np.random.default_rng(0), 400)
+    assert set(np.round(reps, 6)) <= {1.0, 1.9, 10.0}        # both fast, one each, both slow
+    assert Blocks.of(gaps, counts=[5, 5]).n_blocks == 2
+    assert Blocks.of(gaps, counts=[3, 3]).n_blocks == 10   # counts of another family: one value each
+
+
+def test_a_weighted_replicate_of_a_percentile_is_numpys_on_the_expanded_sample():
+    values = [5.0, 1.0, 3.0, 9.0, 7.0]
+    blocks = Blocks.of(values)
+    rng = np.random.default_rng(3)
+    reps = blocks.replicates("p90", np.random.default_rng(3), 50)
+    draws = rng.integers(0, 5, size=(50, 5))
+    expected = [np.percentile(np.asarray(values)[d], 90) for d in draws]
+    assert reps == pytest.approx(expected)
+
+
+def test_a_zero_baseline_or_no_values_has_no_ratio():
+    assert bootstrap_ratio(Blocks.of([1.0, 2.0]), 0.0, "mean", seed=0) is None
+    assert bootstrap_ratio(Blocks.of([]), Blocks.of([1.0]), "mean", seed=0) is None
+    assert bootstrap_ratio(Blocks.of([1.0]), Blocks.of([]), "mean", seed=0) is None
