@@ -104,6 +104,12 @@ def _required_terms(pod: dict, kind: str) -> list[dict]:
     return aff.get("requiredDuringSchedulingIgnoredDuringExecution") or []
 
 
+def _ports(pod: dict) -> set[tuple[int, str]]:
+    return {(int(p["containerPort"]), p.get("protocol", "TCP"))
+            for c in (pod.get("spec") or {}).get("containers") or [] for p in c.get("ports") or []
+            if p.get("containerPort")}
+
+
 def _topology(node: dict | None, key: str):
     return ((node or {}).get("metadata", {}).get("labels") or {}).get(key)
 
@@ -140,6 +146,12 @@ class Scheduler:
     def _why_not(self, pod, node, used: Counter, placed) -> str | None:
         if (node.get("spec") or {}).get("unschedulable"):
             return "node(s) were unschedulable"
+        # Pods here listen on their node's address (no pod network), so every container port is
+        # a host port: two pods that listen on the same port cannot share a node (the real
+        # scheduler's NodePorts filter, and its message).
+        mine = _ports(pod)
+        if mine and any(mine & _ports(p) for p, n in placed if n is node):
+            return "node(s) didn't have free ports for the requested pod ports"
         if not matches_node(pod, node):
             return "node(s) didn't match Pod's node affinity/selector"
         for taint in (node.get("spec") or {}).get("taints") or []:

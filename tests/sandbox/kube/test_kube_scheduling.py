@@ -120,3 +120,19 @@ def test_pods_on_a_node_whose_record_is_removed_are_deleted(kube_sandbox, core, 
     wait_for(lambda: "orphan" not in {p.metadata.name for p in
                                       core.list_namespaced_pod(kube_namespace).items},
              timeout=10, what="the pod of a vanished node to be deleted")
+
+
+def test_two_pods_listening_on_one_port_never_share_a_node(core, test_nodes, kube_namespace):
+    # Pods listen on their node's address here, so a container port is a host port.
+    first = test_nodes.join("port-a", allocatable={}).metadata.name
+    listening = {"ports": [{"name": "http", "containerPort": 18080}]}
+    for name in ("one", "two"):
+        core.create_namespaced_pod(kube_namespace, pod(name, ["sleep", "60"], test_nodes.selector,
+                                                       container=listening))
+    placed = wait_for(lambda: core.read_namespaced_pod("one", kube_namespace).spec.node_name)
+    assert placed == first
+    two = wait_for(lambda: next((c for c in core.read_namespaced_pod("two", kube_namespace).status.conditions or []
+                                 if c.type == "PodScheduled" and c.status == "False"), None))
+    assert "didn't have free ports for the requested pod ports" in two.message
+    second = test_nodes.join("port-b", allocatable={}).metadata.name
+    assert wait_for(lambda: core.read_namespaced_pod("two", kube_namespace).spec.node_name) == second
