@@ -11,7 +11,7 @@ Here the node's GPUs (its allocatable ``nvidia.com/gpu`` from the join record, e
 in order to the engine containers whose activity files are on this node
 (``sandbox/engines/gpu_activity.py``), as many each as their container asked for; a GPU's
 utilisation over a collect interval is its container's busy seconds over the interval's
-seconds. Flags: ``-a/--address``, ``-c/--collect-interval`` (ms), ``-k/--kubernetes``,
+seconds (a group worker's are its leader's: it computes the same batches). Flags: ``-a/--address``, ``-c/--collect-interval`` (ms), ``-k/--kubernetes``,
 ``-f/--collectors`` (accepted, not read), with the environment variables the real one reads.
 """
 
@@ -55,6 +55,19 @@ def _node_gpus(node: str) -> int:
     return 8
 
 
+def _busy(record: dict) -> tuple[float, float]:
+    """(busy seconds, at) of a process; a group worker's are its leader's, wherever that runs."""
+    mirror = record.get("mirror")
+    if mirror:
+        for path in (sandbox_dir() / "gpu-activity").glob(f"*/{mirror}"):
+            try:
+                leader = json.loads(path.read_text())
+                return float(leader["busy_s"]), float(leader["monotonic"])
+            except (OSError, ValueError, KeyError):
+                break
+    return float(record["busy_s"]), float(record["monotonic"])
+
+
 class Collector:
     def __init__(self, node: str, kubernetes: bool):
         self.node, self.kubernetes = node, kubernetes
@@ -74,7 +87,7 @@ class Collector:
                 continue   # being rewritten
             if now - float(record.get("wall", 0)) > STALE_S:
                 continue
-            busy, mono = float(record["busy_s"]), float(record["monotonic"])
+            busy, mono = _busy(record)
             before = self.last.get(path.name)
             seen[path.name] = (busy, mono)
             share = 0.0

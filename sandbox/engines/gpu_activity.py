@@ -6,7 +6,9 @@ an engine process is busy while any of its ranks has a request admitted (prefill
 KV or decoding). Its cumulative busy seconds go to
 ``<state>/sandbox/gpu-activity/<node>/<namespace>_<pod>_<container>.json`` (rewritten atomically
 every ``PUBLISH_S``), with the GPUs its container was given; the file goes away on shutdown.
-A process outside a pod (tests run engines directly) or without GPUs publishes nothing.
+A process outside a pod (tests run engines directly) or without GPUs publishes nothing. A
+worker rank of a multi-node group (LWS worker index > 0) computes every batch its leader
+does, but requests only reach the leader: its file names the leader's as the one to mirror.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ class Activity:
         return self._busy_s + (time.monotonic() - self._since if self.in_flight else 0.0)
 
 
+def file_name(namespace: str, pod: str, container: str) -> str:
+    return f"{namespace}_{pod}_{container or 'main'}.json"
+
+
+def _leader_pod(pod: str) -> str | None:
+    """The group leader's pod of an LWS worker (``prefill-0-1`` -> ``prefill-0``); None for a leader."""
+    index = os.environ.get("LWS_WORKER_INDEX", "0")
+    return pod.rsplit("-", 1)[0] if index not in ("", "0") and pod.endswith(f"-{index}") else None
+
+
 def _identity() -> tuple[str, str, str, str, int] | None:
     node, pod = os.environ.get("PDLIFT_SANDBOX_NODE", ""), os.environ.get("PDLIFT_SANDBOX_POD", "")
     try:
@@ -71,14 +83,16 @@ async def publish(activity: Activity) -> None:
     if ident is None:
         return
     node, namespace, pod, container, gpus = ident
-    path = activity_dir(node) / f"{namespace}_{pod}_{container or 'main'}.json"
+    path = activity_dir(node) / file_name(namespace, pod, container)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    leader = _leader_pod(pod)
+    mirror = {"mirror": file_name(namespace, leader, container)} if leader else {}
     try:
         while True:
             tmp.write_text(json.dumps({"namespace": namespace, "pod": pod, "container": container, "gpus": gpus,
                                        "busy_s": activity.busy_s(), "monotonic": time.monotonic(),
-                                       "wall": time.time()}))
+                                       "wall": time.time(), **mirror}))
             os.replace(tmp, path)
             await asyncio.sleep(PUBLISH_S)
     finally:

@@ -3,7 +3,7 @@
 Which endpoints, found once per benchmark: every pod of the colour's prefill and decode groups
 that answers on its engine port (multi-node groups whose workers serve no HTTP keep their
 leader), and the DCGM exporter pods (``benchmark.server_metrics.gpu_exporter``) on the nodes
-those engines run on. Around a point: one reading before, one every ``interval_s`` during it
+of every pod of the groups (a worker's GPUs compute its leader's batches, so they count too). Around a point: one reading before, one every ``interval_s`` during it
 (a background thread, stopped when the point ends), one after; ``tasks.planning.server_figures``
 turns them into figures. A pod that cannot be read before *and* after a point is left out of
 that point's differences (a difference against a missing reading would be the whole counter);
@@ -45,6 +45,7 @@ class ServerMetrics:
         self.bp, self.http = bp, http
         self.spec = bp.benchmark.server_metrics
         self.notes: list[str] = []
+        self.pods: list[EnginePod] = []          # every pod of both roles: whose GPUs count
         self.engines = self._engine_targets(kube, colour)
         self.exporters = self._exporter_targets(kube)
 
@@ -59,6 +60,7 @@ class ServerMetrics:
             for p in sorted(pods, key=lambda p: p.name):
                 target = _Target(EnginePod(role, p.namespace, p.name, p.node),
                                  f"http://{p.pod_ip}:{p.ports.get('http', ports[role])}/metrics")
+                self.pods.append(target.pod)
                 try:
                     self.http.metrics(target.url)
                 except PdliftError as e:
@@ -72,7 +74,7 @@ class ServerMetrics:
 
     def _exporter_targets(self, kube: KubeObjects) -> dict[str, str]:
         gx = self.spec.gpu_exporter
-        nodes = {t.pod.node for t in self.engines}
+        nodes = {p.node for p in self.pods}
         selector = ",".join(f"{k}={v}" for k, v in gx.selector.items())
         try:
             pods = kube.pods(gx.namespace, dict(gx.selector))
@@ -129,7 +131,6 @@ class ServerMetrics:
         both = set(before.engines) & set(after.engines)
         errors = dict.fromkeys(e for r in (before, *during, after) for e in r.errors)
         notes = [f"not read: {e}" for e in errors] + self.notes
-        figs = figures(self.bp.engine.name, self.bp.kv_transfer.connector,
-                       [t.pod for t in self.engines if t.pod.name in both], self._snapshot(before, both),
+        figs = figures(self.bp.engine.name, self.bp.kv_transfer.connector, self.pods, self._snapshot(before, both),
                        [self._snapshot(r, both & set(r.engines)) for r in during], self._snapshot(after, both))
         return result, ServerFigures(figs.values, tuple(notes) + figs.notes)

@@ -71,12 +71,14 @@ def test_a_pod_missing_from_a_reading_is_left_out_of_the_points_differences():
 
 def test_gpu_utilisation_comes_from_the_exporters_on_the_candidates_nodes_only():
     exporters = [PodInfo("gpu-operator", "dcgm-a", "n-d0", "Running", "10.0.9.1", True, {}, {}, ()),
-                 PodInfo("gpu-operator", "dcgm-b", "elsewhere", "Running", "10.0.9.2", True, {}, {}, ())]
+                 PodInfo("gpu-operator", "dcgm-b", "elsewhere", "Running", "10.0.9.2", True, {}, {}, ()),
+                 PodInfo("gpu-operator", "dcgm-c", "n-d1", "Running", "10.0.9.3", True, {}, {}, ())]
     http = Http(fail_once="")
     server = ServerMetrics(BP.model_copy(update={"benchmark": BP.benchmark.model_copy(update={
         "server_metrics": BP.benchmark.server_metrics.model_copy(update={"interval_s": 0.5})})}),
         Kube(exporters), http, "green")
-    assert server.exporters == {"n-d0": "http://10.0.9.1:9400/metrics"}
+    # the decode worker serves no metrics, but its node's GPUs run its leader's batches
+    assert server.exporters == {"n-d0": "http://10.0.9.1:9400/metrics", "n-d1": "http://10.0.9.3:9400/metrics"}
 
     def point() -> None:   # lasts until the sampler has read the exporter twice (bounded)
         deadline = time.monotonic() + 20
