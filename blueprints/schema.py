@@ -304,11 +304,31 @@ class GateSpec(Frozen):
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
 
 
+class SequentialSpec(Frozen):
+    """Measure each point in rounds and stop it once the gate can decide
+    (``tasks.planning.gate_sequential``; docs/sources.md#sequential-gate)."""
+
+    # Looks per point: a round is the scenario's duration_s (the point's cap) divided by this.
+    rounds: Annotated[int, Field(ge=2, le=64)] = 8
+    # rho of the alpha spending function alpha * t^rho: higher spends less early.
+    spending: Annotated[float, Field(ge=0.5, le=6)] = 2.0
+
+
 class BenchmarkSpec(Frozen):
     scenarios: list[Scenario] = Field(min_length=1)
     repeats: PositiveInt = 3
     mode: Literal["concurrency", "poisson"] = "concurrency"
     server_metrics: ServerMetricsSpec = ServerMetricsSpec()
+    sequential: SequentialSpec | None = None
+    # All load of one benchmark, minutes; a round that would go past it is not started.
+    budget_minutes: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _rounds_not_repeats(self) -> "BenchmarkSpec":
+        if self.sequential is not None and "repeats" in self.model_fields_set and self.repeats != 1:
+            raise ValueError("repeats: with benchmark.sequential each point runs in rounds (its repeats), "
+                             "so benchmark.repeats does not apply; remove it or set sequential.rounds")
+        return self
 
     @field_validator("scenarios")
     @classmethod

@@ -39,8 +39,8 @@ def _target(bp, args) -> str:
 
 
 def _progress(done: int, total: int, spec) -> None:
-    if done < total:
-        print(f"[{done + 1}/{total}] {spec.scenario} concurrency {spec.concurrency} repeat {spec.repeat} ...",
+    if spec is not None:
+        print(f"[{done + 1}/{total} at most] {spec.scenario} concurrency {spec.concurrency} run {spec.repeat + 1} ...",
               file=sys.stderr, flush=True)
 
 
@@ -59,8 +59,13 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     url = _target(bp, args)
     print(f"benchmarking {bp.name} at {url} (run {run_id})", file=sys.stderr)
     wiring = Wiring(bp)
+    # A sequential benchmark judges as it goes: against the baseline `pdlift gate` defaults to.
+    baseline = bench.current_baseline(wiring.state_root, bp) if bp.benchmark.sequential else None
     run = bench.run_benchmark(bp, url, bench.bench_dir(wiring.state_root, bp.name, run_id), run_id, wiring.load,
-                              progress=_progress)
+                              progress=_progress, baseline=baseline, seed=0)
+    for stop in run.stops:
+        print(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s; {stop.note}",
+              file=sys.stderr)
     summaries = bench.read_results(run.results_path)
     print(f"{'scenario':<12} {'conc':>5} {'done':>5} {'err':>4} {'TTFT ms':>9} {'p99':>9} {'TPOT ms':>8} "
           f"{'p99':>7} {'out tok/s':>10}")
@@ -91,7 +96,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         baseline = baseline_from_spec(bp.baseline)
     else:
         baseline = loads_baseline(Path(args.baseline).read_text())
-    report = bench.judge(bp, summaries, baseline, seed=args.seed)
+    report = bench.judge(bp, summaries, baseline, seed=args.seed, stops=bench.read_stops(args.results))
     if args.plot:
         Path(args.plot).write_bytes(plot_png(summaries, baseline, f"{bp.name}: candidate vs baseline"))
     print(json.dumps(report_to_dict(report), indent=1) if args.json else render_markdown(report))

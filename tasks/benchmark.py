@@ -63,13 +63,20 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
 
         def progress(done: int, total: int, spec) -> None:
             update_progress_artifact(progress_id, 100.0 * done / total)
-            if done < total:
-                log.info(f"load point {done + 1}/{total}: {spec.scenario} at concurrency {spec.concurrency}, "
-                         f"repeat {spec.repeat}")
+            if spec is not None:
+                kind = "round" if bp.benchmark.sequential else "repeat"
+                log.info(f"load run {done + 1} (of at most {total}): {spec.scenario} at concurrency "
+                         f"{spec.concurrency}, {kind} {spec.repeat + 1}")
 
         server = _server_metrics(wiring, colour, log)
+        # A sequential benchmark judges as it goes, against the baseline the gate will use.
+        baseline = stage.current_baseline(wiring.state_root, bp) if bp.benchmark.sequential else None
         measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress,
-                                       server=server.around if server else None)
+                                       server=server.around if server else None, baseline=baseline,
+                                       seed=zlib.crc32(run.run_id.encode()))
+    for stop in measured.stops:
+        log.info(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s of load; "
+                 f"{stop.note}")
     for note in measured.notes:
         if note.saturated or not note.input_exact:
             log.warning(f"{note.scenario} @ {note.concurrency}: {note.saturation or note.input_note}")
@@ -98,7 +105,7 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
     summaries = stage.read_results(measured.results_path)
     with Wiring(bp) as wiring:
         baseline = stage.current_baseline(wiring.state_root, bp)
-    report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()))
+    report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops)
     report_json = report_to_dict(report)
     png, markdown = stage.write_report(Path(measured.directory), report, report_json, summaries, baseline,
                                        measured.notes, f"{bp.name} {colour} (run {run.run_id})")

@@ -17,7 +17,9 @@ from tasks.planning.identity import artifact_key
 from tasks.planning.ledger import Ledger
 from tasks.planning.manifests.common import colour_namespace, stable_namespace
 from tasks.planning.manifests.router import router_name
+from tasks.planning.plan import make_plan
 from tasks.planning.records import StageRecord
+from tasks.planning.timeline import beside_actual
 from tasks.runs import Run, open_run
 from tasks.stages.deploy import live_colour
 from tasks.wiring import Wiring
@@ -136,9 +138,15 @@ def finish(run: Run, summary: list[dict]) -> dict:
     now = dt.datetime.now(dt.timezone.utc)
     gate = ledger.gate()
     verdict = f"{gate.decision} -> {gate.outcome}" if gate else "not run"
-    rows = "\n".join(f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary)
-    markdown = (f"## Migration {bp.name}, run {run.run_id}\n\n| stage | status | seconds |\n|---|---|---|\n{rows}\n\n"
+    timeline = make_plan(bp).timeline
+    rows = "\n".join(beside_actual(timeline, summary))
+    markdown = (f"## Migration {bp.name}, run {run.run_id}\n\n{rows}\n\n"
+                f"(Projected: the fleet on real AWS, `pdlift plan {run.blueprint_path}` says how.)\n\n"
                 f"Gate verdict: **{verdict}**\n\n" + ledger_plan.render_markdown(ledger, now))
+    for row in summary:
+        projected = timeline.of(row["stage"])
+        if projected is not None:
+            row.update(projected_s=round(projected.expected_s, 1), projected_worst_s=round(projected.worst_s, 1))
     create_markdown_artifact(markdown=markdown, key=artifact_key("migration", bp.name), description=f"run {run.run_id}")
     return {"run_id": run.run_id, "stages": summary, "verdict": verdict,
             "spend_by_stage": ledger_plan.spend_by_stage(ledger, now), "hourly_burn": ledger_plan.hourly_burn(ledger)}

@@ -26,15 +26,17 @@ from sandbox.engines.settings import REPO_ROOT
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def free_port(host: str = "127.0.0.1", span: int = 1) -> int:
-    """A port free on ``host`` together with the ``span - 1`` ports after it (DP rank ports)."""
+def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()) -> int:
+    """A port free on ``host`` together with the ``span - 1`` ports after it (DP rank ports),
+    and free on every address in ``also`` too (pods of one group listen on one port number)."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
-        if span == 1 or all(_bindable(host, port + i) for i in range(1, span)):
+        wanted = [(h, port + i) for h in (host, *also) for i in range(span)]
+        if all(_bindable(h, p) for h, p in wanted[1:]):
             return port
-    raise RuntimeError(f"no run of {span} free ports on {host}")
+    raise RuntimeError(f"no run of {span} free ports on {host} {' '.join(also)}")
 
 
 def _bindable(host: str, port: int) -> bool:

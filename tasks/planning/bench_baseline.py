@@ -196,10 +196,11 @@ def loads_baseline(text: str) -> Baseline:
 
 
 def dumps_results(summaries: Iterable[ScenarioSummary], *, run_id: str | None = None,
-                  blueprint: str | None = None) -> str:
+                  blueprint: str | None = None, extra: dict | None = None) -> str:
+    """The results document; ``extra`` adds keys beside the summaries (the benchmark's stops)."""
     return json.dumps({"version": RESULTS_VERSION, "kind": "pdlift-bench-results", "run_id": run_id,
-                       "blueprint": blueprint, "summaries": [summary_to_dict(s) for s in summaries]},
-                      allow_nan=False)
+                       "blueprint": blueprint, "summaries": [summary_to_dict(s) for s in summaries],
+                       **(extra or {})}, allow_nan=False)
 
 
 def loads_results(text: str) -> list[ScenarioSummary]:

@@ -77,6 +77,7 @@ def render_markdown(report: GateReport) -> str:
             lines += ["| " + " | ".join(_cell(str(t[c])) for c in columns) + " |"
                       for t in table if t["concurrency"] == concurrency]
             lines.append("")
+    lines += _stops_markdown(report)
     alpha = 1.0 - report.confidence
     lines += [
         "How to read this:",
@@ -100,7 +101,35 @@ def render_markdown(report: GateReport) -> str:
         "trustworthy (too few requests, a saturated client); a person decides. The rules are in "
         "tasks/planning/gate.py.",
         ""]
+    if report.stops and any(st.reason != "budget" for st in report.stops):
+        lines[-1:-1] = [
+            "- This benchmark was sequential: each point ran in rounds and was judged after each, at the "
+            "share of α its look may spend (α·(k/K)^ρ minus what earlier looks spent; the critical checks "
+            f"split it over all {report.critical_tests} the benchmark could make), so however often it "
+            "looked, an equal candidate FAILs, or one as bad as the margin PASSes, with a chance of at most "
+            "α. A point stopped once every check on it was decided; a critical FAIL stopped the benchmark. "
+            "The rules are in tasks/planning/gate_sequential.py."]
     return "\n".join(lines)
+
+
+def _interval_at_stop(report: GateReport, scenario: str, concurrency: int) -> str:
+    shown = [f"{r.metric} [{fmt(r.ci[0])}, {fmt(r.ci[1])}]" for r in report.rows
+             if (r.scenario, r.concurrency) == (scenario, concurrency) and r.critical and r.ci is not None]
+    return "; ".join(shown) or "—"
+
+
+def _stops_markdown(report: GateReport) -> list[str]:
+    """Per point: the rounds it took, its load, why it stopped, and its critical intervals then."""
+    if not report.stops:
+        return []
+    lines = ["## How the decision was reached", "",
+             "| scenario | concurrency | rounds | load | stopped | α at the last look | intervals at the stop |",
+             "|---|---|---|---|---|---|---|"]
+    for st in report.stops:
+        lines.append(f"| {st.scenario} | {st.concurrency} | {st.rounds} | {st.load_s:.0f} s | {_cell(st.note)} | "
+                     f"{st.alpha:.2g} | {_cell(_interval_at_stop(report, st.scenario, st.concurrency))} |")
+    total = sum(st.load_s for st in report.stops)
+    return lines + ["", f"Load in all: {total / 60:.1f} min.", ""]
 
 
 def _json_safe(value):

@@ -51,7 +51,7 @@ ratio, are shown with their verdict but never gate. No results at all is INCONCL
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from blueprints.schema import BenchmarkSpec, GateRule, GateSpec
@@ -60,7 +60,7 @@ from tasks.planning.bench_judge import Bound, Verdict, fmt, judge
 from tasks.planning.bench_stats import Blocks, RatioTest, RepeatTest, bootstrap_ratio, holm, t_test
 from tasks.planning.metrics import Samples, ScenarioSummary, metric_value, split_metric
 
-__all__ = ["GateReport", "GateRow", "Verdict", "evaluate_gate", "expected_points"]
+__all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "evaluate_gate", "expected_points"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,20 @@ class GateRow:
 
 
 @dataclass(frozen=True)
+class PointStop:
+    """How a sequential gate's point ended: after how many rounds and how much load, and why."""
+
+    scenario: str
+    concurrency: int
+    rounds: int                        # rounds measured (0: never started)
+    load_s: float                      # seconds of load it took
+    reason: str                        # decided | cap | budget | stopped
+    alpha: float                       # the nominal level of its last look (intervals, non-critical checks)
+    alpha_critical: float              # the same for its critical checks
+    note: str = ""                     # the reason in words
+
+
+@dataclass(frozen=True)
 class GateReport:
     outcome: Verdict
     reasons: tuple[str, ...]
@@ -94,7 +108,8 @@ class GateReport:
     max_error_rate: float
     baseline_source: str | None = None
     baseline_run_id: str | None = None
-    critical_tests: int = 0            # the Holm family's size
+    critical_tests: int = 0            # the Holm family's size (sequential: the Bonferroni family's)
+    stops: tuple[PointStop, ...] = ()  # a sequential gate's points: how each decision was reached
 
     @property
     def scenarios(self) -> list[str]:
@@ -107,10 +122,31 @@ def expected_points(benchmark: BenchmarkSpec) -> list[tuple[str, int]]:
 
 
 @dataclass(frozen=True)
+class Looks:
+    """A sequential gate's levels (``tasks.planning.gate_sequential``): each point is judged at the
+    nominal levels of the look where it stopped: ``alpha`` for its intervals and non-critical
+    checks, ``critical`` (from alpha / ``family``, every critical check the benchmark could make)
+    for its critical checks, instead of Holm over the report."""
+
+    alpha: Mapping[tuple[str, int], float]      # (scenario, concurrency) -> nominal level at its stop
+    critical: Mapping[tuple[str, int], float]   # the same for its critical checks
+    family: int
+
+
+@dataclass(frozen=True)
 class _Ctx:
     gate: GateSpec
     seed: int
     resamples: int
+    looks: Looks | None = None
+
+    def alpha(self, scenario: str, concurrency: int) -> float:
+        if self.looks is None:
+            return 1.0 - self.gate.confidence
+        return self.looks.alpha.get((scenario, concurrency), 1.0 - self.gate.confidence)
+
+    def confidence(self, scenario: str, concurrency: int) -> float:
+        return 1.0 - self.alpha(scenario, concurrency)
 
     def seed_for(self, *parts: object) -> int:
         # Stable across processes (str hash is salted), so a verdict can be reproduced.
@@ -172,11 +208,10 @@ def _slo_check(s: ScenarioSummary, family: str, limit: float, blocker: str | Non
     cand = _blocks(s.samples, family)
     if cand is None:
         test = t_test([r / limit for r in reps])
-        pending = _pending(row, Bound.max_ratio(1.0), value / limit, test, ctx.gate.confidence)
     else:
         test = bootstrap_ratio(cand, limit, "mean", ctx.seed_for(s.scenario, s.concurrency, metric, "slo"),
                                ctx.resamples, candidate_repeats=reps)
-        pending = _pending(row, Bound.max_ratio(1.0), value / limit, test, ctx.gate.confidence)
+    pending = _pending(row, Bound.max_ratio(1.0), value / limit, test, ctx.confidence(s.scenario, s.concurrency))
     # Decided on the ratio to the SLO; shown in milliseconds.
     ci = pending.row.ci
     shown = replace(pending.row, ci=(ci[0] * limit, ci[1] * limit) if ci else None)
@@ -188,13 +223,14 @@ def _ratio_check(s: ScenarioSummary, rule: GateRule, bound: Bound, entry: Baseli
     parts = split_metric(rule.metric)
     cand = _blocks(s.samples, parts[0]) if parts else None
     if cand is None:  # a run-level figure, or results without samples: the repeats are the evidence
-        return _pending(row, bound, row.ratio, t_test(row.repeats), ctx.gate.confidence)  # type: ignore[arg-type]
+        return _pending(row, bound, row.ratio, t_test(row.repeats),  # type: ignore[arg-type]
+                        ctx.confidence(s.scenario, s.concurrency))
     family, stat = parts  # type: ignore[misc]
     base = _blocks(entry.samples, family) or entry.figures[rule.metric]
     test = bootstrap_ratio(cand, base, stat, ctx.seed_for(s.scenario, s.concurrency, rule.metric, bound.limit),
                            ctx.resamples, candidate_repeats=_per_repeat(s, rule.metric),
                            baseline_repeats=entry.repeats.get(rule.metric, ()))
-    return _pending(row, bound, row.ratio, test, ctx.gate.confidence)  # type: ignore[arg-type]
+    return _pending(row, bound, row.ratio, test, ctx.confidence(s.scenario, s.concurrency))  # type: ignore[arg-type]
 
 
 def _ratio_checks(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None, scenario_covered: bool,
@@ -263,19 +299,26 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
     return out
 
 
-def _decide(checks: list[GateRow | _Pending], alpha: float) -> tuple[list[GateRow], int]:
-    """Every pending check decided: the critical ones as one Holm family, the others alone."""
+def _decide(checks: list[GateRow | _Pending], ctx: _Ctx) -> tuple[list[GateRow], int]:
+    """Every pending check decided: the critical ones as one Holm family (a sequential gate:
+    Bonferroni over its whole family at each point's look), the others alone."""
     family = {i: c.row.p_value for i, c in enumerate(checks) if isinstance(c, _Pending) and c.in_family}
-    adjusted = holm(family)
+    adjusted = holm(family) if ctx.looks is None else {}
     rows = []
     for i, c in enumerate(checks):
         if isinstance(c, GateRow):
             rows.append(c)
             continue
         row = c.row
+        alpha = ctx.alpha(row.scenario, row.concurrency)
         if row.p_value is None:
             significant, why = True, ("one run without per-request samples: the figure stands" if len(row.repeats) < 2
                                       else "no interval could be computed: the figure stands")
+        elif ctx.looks is not None and i in family:
+            m, level = ctx.looks.family, ctx.looks.critical.get((row.scenario, row.concurrency), 0.0)
+            significant = row.p_value < level
+            why = (f"{row.method}: p={row.p_value:.2g} {'<' if significant else '≥'} {level:.2g} "
+                   f"(this look's boundary, alpha/{m} spent over the looks for {m} critical checks)")
         elif i in adjusted:
             p_adj = adjusted[i]
             significant = p_adj < alpha
@@ -327,24 +370,30 @@ def _outcome(rows: Sequence[GateRow]) -> tuple[Verdict, tuple[str, ...]]:
 
 def evaluate_gate(candidate: Iterable[ScenarioSummary], baseline: Baseline | None, gate: GateSpec, *,
                   expected: Iterable[tuple[str, int]] | None = None, seed: int = 0,
-                  resamples: int = 1000) -> GateReport:
+                  resamples: int = 1000, looks: Looks | None = None,
+                  stops: Sequence[PointStop] = ()) -> GateReport:
     """Judge the candidate's summaries (one per scenario and concurrency) against the baseline.
 
     ``expected`` (see ``expected_points``) lists the points the blueprint asked for; a missing
-    one is INCONCLUSIVE. The verdict is deterministic for a given ``seed``.
+    one is INCONCLUSIVE. ``looks`` and ``stops``: a sequential gate's level per point and how
+    each point ended (``tasks.planning.gate_sequential``). The verdict is
+    deterministic for a given ``seed``.
     """
-    ctx = _Ctx(gate, seed, resamples)
+    ctx = _Ctx(gate, seed, resamples, looks)
     summaries = sorted(candidate, key=lambda s: (s.scenario, s.concurrency))
     covered = {s.scenario for s in summaries if baseline and baseline.lookup(s.scenario, s.concurrency)}
     checks: list[GateRow | _Pending] = []
     for s in summaries:
         checks.extend(_point_checks(s, baseline, s.scenario in covered, ctx))
     measured = {(s.scenario, s.concurrency) for s in summaries}
+    unmeasured = {(st.scenario, st.concurrency): st.note for st in stops if st.rounds == 0}
     for scenario, concurrency in expected or ():
         if (scenario, concurrency) not in measured:
             checks.append(GateRow(scenario, concurrency, "results", "results", None, None, None, "measured",
-                                  Verdict.INCONCLUSIVE, "no results for this point"))
-    rows, family = _decide(checks, 1.0 - gate.confidence)
+                                  Verdict.INCONCLUSIVE,
+                                  unmeasured.get((scenario, concurrency)) or "no results for this point"))
+    rows, family = _decide(checks, ctx)
     outcome, reasons = _outcome(rows)
     return GateReport(outcome, reasons, tuple(rows), gate.confidence, gate.min_samples, gate.max_error_rate,
-                      baseline.source if baseline else None, baseline.run_id if baseline else None, family)
+                      baseline.source if baseline else None, baseline.run_id if baseline else None,
+                      looks.family if looks else family, tuple(stops))

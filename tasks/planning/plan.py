@@ -11,6 +11,7 @@ from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
 from tasks.planning import capacity_math
 from blueprints.catalog import instance_type, price
+from tasks.planning.timeline import Timeline, project
 
 TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: assumed ~100x slower (docs/sources.md#efa-tcp-fallback)
 PD_WORTH_IT_MAX_CONCURRENCY = 8
@@ -42,7 +43,7 @@ class Cost:
     note: str
 
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 1  # "timeline" added; cost.expected_hours is now the projected run
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Plan:
     scenarios: list[ScenarioFit]
     resources: list[str]
     cost: Cost
+    timeline: Timeline
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -75,7 +77,9 @@ def make_plan(bp: Blueprint) -> Plan:
     kv_tok = capacity_math.kv_bytes_per_token(bp.model, kv_dtype)
     scenarios = [_scenario_fit(bp, s, prefill, decode, kv_tok) for s in bp.benchmark.scenarios]
     dense, expert = capacity_math.weight_bytes(bp.model)
-    cost = _cost(bp)
+    per_hour = price(bp.aws.instance_type, bp.aws.region, bp.aws.hourly_price_usd)
+    timeline = project(bp, (dense + expert) / 1e9, per_hour.usd_per_hour * bp.node_count if per_hour else None)
+    cost = _cost(bp, timeline.expected_s / 3600)
     return Plan(
         blueprint=bp.name,
         model=bp.model.name,
@@ -88,7 +92,8 @@ def make_plan(bp: Blueprint) -> Plan:
         scenarios=scenarios,
         resources=_resources(bp),
         cost=cost,
-        warnings=_warnings(bp, prefill, decode, scenarios, cost, gpn, gpu_gb),
+        timeline=timeline,
+        warnings=[*_warnings(bp, prefill, decode, scenarios, cost, gpn, gpu_gb), *timeline.warnings],
     )
 
 
@@ -117,11 +122,12 @@ def _scenario_fit(bp: Blueprint, s, prefill: capacity_math.RoleMemory, decode: c
                        decode.max_sequences(context), max(s.concurrencies))
 
 
-def _cost(bp: Blueprint) -> Cost:
+def _cost(bp: Blueprint, projected_hours: float) -> Cost:
+    """The fleet's price, and a run's at the projected length (``tasks.planning.timeline``)."""
     n = bp.node_count
     cap = bp.aws.capacity
     p = price(bp.aws.instance_type, bp.aws.region, bp.aws.hourly_price_usd)
-    hours = bp.expected_run_hours
+    hours = projected_hours
     per_hour = p.usd_per_hour * n if p else None
     if cap.mode == "odcr":
         note = "an ODCR bills at the On-Demand rate while active, used or not"
@@ -133,7 +139,7 @@ def _cost(bp: Blueprint) -> Cost:
     else:
         note = f"existing reservation {cap.reservation_id}: billed to its owner as it is today"
     return Cost(bp.aws.instance_type, n, p.usd_per_hour if p else None,
-                round(per_hour, 2) if per_hour else None, hours,
+                round(per_hour, 2) if per_hour else None, round(hours, 2),
                 round(per_hour * hours, 2) if per_hour else None,
                 p.source if p else "unknown: set aws.hourly_price_usd", p.as_of if p else "",
                 cap.mode, cap.max_upfront_usd, note)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tasks.planning.plan import Plan
+from tasks.planning.timeline import duration
 
 
 def _money(value: float | None) -> str:
@@ -16,6 +17,20 @@ def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> list[st
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _timeline(plan: Plan, markdown: bool) -> list[str]:
+    t = plan.timeline
+    rows = []
+    for s in t.stages:
+        usd_e, usd_w = s.usd(t.usd_per_hour)
+        rows.append([s.stage, duration(s.expected_s), duration(s.worst_s), _money(usd_e), _money(usd_w)])
+    usd = (t.expected_s / 3600 * t.usd_per_hour, t.worst_s / 3600 * t.usd_per_hour) if t.usd_per_hour else (None, None)
+    rows.append(["total", duration(t.expected_s), duration(t.worst_s), _money(usd[0]), _money(usd[1])])
+    out = _table(["stage", "expected", "at most", "cost expected", "cost at most"], rows, markdown)
+    out += ["", "How each figure was reached, and its source (docs/sources.md#plan-timeline):", ""]
+    out += [f"- {s.stage}: {s.basis}. Source: {s.source}." for s in t.stages]
+    return out
 
 
 def render(plan: Plan, markdown: bool = False) -> str:
@@ -37,10 +52,11 @@ def render(plan: Plan, markdown: bool = False) -> str:
             for s in plan.scenarios]
     out += _table(["scenario", "context", "KV GB/request", "KV transfer ms", "prefill max seqs",
                    "decode max seqs", "target concurrency"], rows, markdown)
+    out += ["", h("Timeline on AWS (projected)"), ""] + _timeline(plan, markdown)
     c = plan.cost
     out += ["", h("Cost"), "",
             f"{c.nodes} x {c.instance_type} at {_money(c.usd_per_node_hour)}/h each = {_money(c.usd_per_hour)}/h; "
-            f"expected run {c.expected_hours:g} h = {_money(c.usd_per_run)}",
+            f"projected run {c.expected_hours:g} h = {_money(c.usd_per_run)}",
             f"price: {c.price_source} (as of {c.price_as_of}); capacity: {c.capacity_mode}: {c.note}", ""]
     out += [h("Will create"), ""] + [f"- {r}" for r in plan.resources] + [""]
     out += [h("Warnings"), ""] + ([f"- {w}" for w in plan.warnings] or ["- none"])

@@ -32,14 +32,16 @@ from tasks.adapters.loadgen import LoadResult, LoadSpec
 from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_results, loads_baseline,
                                           loads_results)
 from tasks.planning.bench_report import render_markdown
-from tasks.planning.gate import GateReport, evaluate_gate, expected_points
+from tasks.errors import ConfigError
+from tasks.planning.gate import GateReport, Looks, PointStop, evaluate_gate, expected_points
+from tasks.planning.gate_sequential import Round, Schedule, critical_family
 from tasks.planning.metrics import ScenarioSummary, metric_value, summarize
 from tasks.planning.server_figures import UNITS, ServerFigures, pool
 from tasks.stages.benchmark_plot import plot_png
 
 RAW_VERSION = 1
 Load = Callable[[LoadSpec], LoadResult]
-Progress = Callable[[int, int, LoadSpec], None]
+Progress = Callable[[int, int, LoadSpec | None], None]   # done, at most, the run about to start
 # Runs one load point with the server's metrics read around it (benchmark_server.ServerMetrics.around).
 Around = Callable[[Callable[[], LoadResult]], tuple[LoadResult, ServerFigures]]
 
@@ -69,6 +71,7 @@ class BenchmarkRun:
     directory: str
     results_path: str
     notes: tuple[PointNote, ...]
+    stops: tuple[PointStop, ...] = ()  # how each point ended (sequential), or those the budget cut
 
 
 def bench_dir(state_dir: Path, deployment: str, run_id: str) -> Path:
@@ -79,13 +82,12 @@ def baseline_path(state_dir: Path, deployment: str) -> Path:
     return Path(state_dir) / "baselines" / f"{deployment}.json"
 
 
-def load_specs(bp: Blueprint, target: str, run_id: str) -> list[LoadSpec]:
-    bench = bp.benchmark
-    return [LoadSpec(base_url=target.rstrip("/"), scenario=s.name, input_tokens=s.input_tokens,
-                     output_tokens=s.output_tokens, concurrency=c, duration_s=s.duration_s,
-                     max_requests=s.max_requests, warmup_requests=s.warmup_requests, repeat=r, mode=bench.mode,
-                     model=bp.model.name, seed=zlib.crc32(f"{run_id}/{s.name}/{c}/{r}".encode()))
-            for r in range(bench.repeats) for s in bench.scenarios for c in s.concurrencies]
+def _spec(bp: Blueprint, target: str, run_id: str, rnd: Round) -> LoadSpec:
+    s, c, r = rnd.scenario, rnd.concurrency, rnd.index
+    return LoadSpec(base_url=target.rstrip("/"), scenario=s.name, input_tokens=s.input_tokens,
+                    output_tokens=s.output_tokens, concurrency=c, duration_s=rnd.duration_s,
+                    max_requests=rnd.max_requests, warmup_requests=rnd.warmup_requests, repeat=r,
+                    mode=bp.benchmark.mode, model=bp.model.name, seed=zlib.crc32(f"{run_id}/{s.name}/{c}/{r}".encode()))
 
 
 def _raw_document(result: LoadResult, server: ServerFigures | None) -> str:
@@ -103,29 +105,41 @@ def _raw_document(result: LoadResult, server: ServerFigures | None) -> str:
 
 
 def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load: Load,
-                  progress: Progress | None = None, server: Around | None = None) -> BenchmarkRun:
-    """Run every load point against ``target`` and write the raw records and the summaries."""
+                  progress: Progress | None = None, server: Around | None = None,
+                  baseline: Baseline | None = None, seed: int = 0) -> BenchmarkRun:
+    """Run the blueprint's load against ``target`` and write the raw records and the summaries.
+
+    The ``Schedule`` (``tasks.planning.gate_sequential``) says what to run next: every repeat at
+    full length, or, with ``benchmark.sequential``, rounds of each point until the gate can decide
+    (judged against ``baseline`` with ``seed``, as the gate will) or ``budget_minutes`` is spent."""
     directory = Path(directory)
-    specs = load_specs(bp, target, run_id)
+    schedule = Schedule(bp.benchmark, bp.gate, baseline, seed)
+    most = schedule.rounds * sum(len(s.concurrencies) for s in bp.benchmark.scenarios)
     results: dict[tuple[str, int], list[tuple[LoadResult, ServerFigures | None]]] = {}
-    notes = []
-    for i, spec in enumerate(specs):
+    notes, done = [], 0
+    while (rnd := schedule.next()) is not None:
+        spec = _spec(bp, target, run_id, rnd)
         if progress:
-            progress(i, len(specs), spec)
+            progress(done, most, spec)
         result, figures = server(lambda: load(spec)) if server else (load(spec), None)
         raw = directory / "raw" / f"{spec.scenario}-c{spec.concurrency}-r{spec.repeat}.json"
         write_atomic(raw, _raw_document(result, figures))
-        results.setdefault((spec.scenario, spec.concurrency), []).append((result, figures))
+        runs = results.setdefault(rnd.point, [])
+        runs.append((result, figures))
         notes.append(PointNote(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
                                sum(1 for r in result.records if not r.completed), result.client_cpu_share,
                                result.loop_lag_p99_s * 1000.0, result.saturated, result.saturation,
                                result.input_lengths_exact, result.input_note, result.usage_missing, str(raw)))
+        summary = _summary(bp, spec.scenario, spec.concurrency, runs) if schedule.sequential else None
+        schedule.record(rnd, summary, result.duration_s)  # type: ignore[arg-type]
+        done += 1
     if progress:
-        progress(len(specs), len(specs), specs[-1])
+        progress(most, most, None)
     summaries = [_summary(bp, scenario, concurrency, runs) for (scenario, concurrency), runs in results.items()]
     results_path = directory / "results.json"
-    write_atomic(results_path, dumps_results(summaries, run_id=run_id, blueprint=bp.name))
-    return BenchmarkRun(target, str(directory), str(results_path), tuple(notes))
+    write_atomic(results_path, dumps_results(summaries, run_id=run_id, blueprint=bp.name,
+                                             extra={"stops": [asdict(st) for st in schedule.stops]}))
+    return BenchmarkRun(target, str(directory), str(results_path), tuple(notes), schedule.stops)
 
 
 def _summary(bp: Blueprint, scenario: str, concurrency: int,
@@ -151,6 +165,14 @@ def read_results(path: str | Path) -> list[ScenarioSummary]:
     return loads_results(Path(path).read_text())
 
 
+def read_stops(path: str | Path) -> tuple[PointStop, ...]:
+    """How each point ended, as the benchmark wrote it beside its results (none before this version)."""
+    try:
+        return tuple(PointStop(**st) for st in json.loads(Path(path).read_text()).get("stops") or ())
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{path}: its stops are malformed ({e}); run the benchmark again") from e
+
+
 def current_baseline(state_dir: Path, bp: Blueprint) -> Baseline:
     """The last promoted run's measurements, else the blueprint's published figures."""
     path = baseline_path(state_dir, bp.name)
@@ -159,8 +181,17 @@ def current_baseline(state_dir: Path, bp: Blueprint) -> Baseline:
     return baseline_from_spec(bp.baseline)
 
 
-def judge(bp: Blueprint, summaries: list[ScenarioSummary], baseline: Baseline, seed: int = 0) -> GateReport:
-    return evaluate_gate(summaries, baseline, bp.gate, expected=expected_points(bp.benchmark), seed=seed)
+def judge(bp: Blueprint, summaries: list[ScenarioSummary], baseline: Baseline, seed: int = 0,
+          stops: tuple[PointStop, ...] = ()) -> GateReport:
+    """The gate's verdict; a sequential benchmark's points at the level of the look where each stopped."""
+    looks = None
+    if bp.benchmark.sequential is not None:
+        measured = [st for st in stops if st.rounds]
+        looks = Looks({(st.scenario, st.concurrency): st.alpha for st in measured},
+                      {(st.scenario, st.concurrency): st.alpha_critical for st in measured},
+                      critical_family(bp.benchmark, bp.gate, baseline))
+    return evaluate_gate(summaries, baseline, bp.gate, expected=expected_points(bp.benchmark), seed=seed,
+                         looks=looks, stops=stops)
 
 
 def _notes_markdown(notes: tuple[PointNote, ...]) -> list[str]:

@@ -170,6 +170,24 @@ def test_a_candidate_20_percent_slower_on_tpot_fails_and_is_rolled_back(bench_en
     assert _production_colour(stacks) == "blue" and _snapshot(stacks) == before
 
 
+def test_a_sequential_benchmark_stops_a_30_percent_slower_candidate_early_and_rolls_it_back(bench_env, tmp_path):
+    stacks, run_id = bench_env, "seq-" + uuid.uuid4().hex[:6]
+    scenario = {"name": "short", "input_tokens": 1000, "output_tokens": 8, "concurrencies": [4], "duration_s": 24,
+                "max_requests": 2000, "warmup_requests": 4}
+    path = stacks.write_blueprint("seq.yaml", benchmark={"scenarios": [scenario], "sequential": {"rounds": 6}})
+    stacks.engine_rules("green", latency={"tpot_scale": 1.3})
+    with pytest.raises(BenchmarkBelowGate, match="tpot_mean") as failed:
+        _flow(path, run_id)
+    assert "rolled back (gate FAIL" in str(failed.value) and _green_is_gone(stacks)
+    bench = tmp_path / "state" / "runs" / stacks.blueprint.name / run_id / "bench"
+    report = (bench / "gate.md").read_text()
+    assert "## How the decision was reached" in report
+    assert "| short | 4 | 2 |" in report and "a critical check FAILed at round 2" in report
+    assert sorted(p.name for p in (bench / "raw").iterdir()) == ["short-c4-r0.json", "short-c4-r1.json"]
+    [stop] = json.loads((bench / "results.json").read_text())["stops"]
+    assert stop["rounds"] == 2 and stop["reason"] == "decided"
+
+
 def test_five_percent_request_errors_fail_the_gate(bench_env):
     stacks = bench_env
     stacks.engine_rules("green", faults={"error_rate": 0.05}, role="decode")

@@ -75,11 +75,11 @@ class ColourStacks:
         return self.sandbox.state_dir / "sandbox" / "engines.json"
 
     def write_blueprint(self, filename: str = "bp.yaml", gate: dict | None = None,
-                        promotion: dict | None = None) -> Path:
+                        promotion: dict | None = None, benchmark: dict | None = None) -> Path:
         doc = yaml.safe_load(SANDBOX_BLUEPRINT.read_text())
         doc["name"] = self.name
         doc["engine"]["router_port"] = self.router_port
-        doc["benchmark"] = BENCHMARK
+        doc["benchmark"] = benchmark or BENCHMARK
         doc["baseline"] = BASELINE
         doc["gate"] = {**GATE, **(gate or {})}
         doc["promotion"] = {"strategy": "blue-green", "approval_timeout_s": 30, **(promotion or {})}

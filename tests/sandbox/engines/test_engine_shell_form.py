@@ -79,7 +79,7 @@ DECODE_SCRIPT = (
 
 def test_a_dp_decode_group_serves_one_port_per_local_rank_once_both_pods_joined(engine_launcher):
     # Two pods on two node addresses, as the Kubernetes stand-in places them.
-    port = max(engine_launcher.port("127.0.0.1", span=2), engine_launcher.port("127.0.0.2", span=2))
+    port = engine_launcher.port("127.0.0.1", span=2, also=("127.0.0.2",))
     lws = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_GROUP_SIZE": "2", "ENGINE_PORT": str(port),
            "RPC_PORT": str(engine_launcher.port()), "SUPERVISOR_PORT": str(engine_launcher.port()),
            "FI_PROVIDER": "efa"}

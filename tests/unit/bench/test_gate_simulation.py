@@ -33,3 +33,23 @@ def test_the_last_line_is_the_worst_case_over_the_cases(capsys):
     assert _sim().main(["--draws", "2", "--workers", "1", "--cases", "equal", "ttft+10%"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("gate_sim: false_fail=") and " false_pass=" in last and " inconclusive=" in last
+
+
+def test_the_sequential_gate_keeps_the_error_rates_and_never_loads_past_the_cap():
+    sim = _sim()
+    results = sim.simulate_sequential(["equal", "ttft-tail"], draws=3, seed=3, workers=1, critical_only=True)
+    cap_minutes = 3 * (3 * 300 + 3 * 600 + 3 * 900) / 60               # the fixed gate's load: 270 min
+    assert results["equal"]["FAIL"] == 0.0 and results["ttft-tail"]["PASS"] == 0.0
+    for r in results.values():
+        assert 0 < r["minutes_mean"] <= r["minutes_p95"] <= cap_minutes
+        assert sum(r[v] for v in ("PASS", "FAIL", "INCONCLUSIVE")) == 1.0
+    # The clear regression is decided before the cap: a critical FAIL ends the benchmark.
+    assert results["ttft-tail"]["FAIL"] > 0 and results["ttft-tail"]["minutes_mean"] < cap_minutes
+
+
+def test_the_sequential_last_line_names_the_load_time_and_the_error_rates(capsys):
+    assert _sim().main(["--sequential", "--draws", "1", "--workers", "1", "--cases", "equal", "ttft+10%",
+                        "--critical-only", "--rounds", "4"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("gate_sim_sequential: minutes_p95_pass=")
+    assert " minutes_p95_fail=" in last and " false_fail=" in last and " false_pass=" in last

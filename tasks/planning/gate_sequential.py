@@ -1,0 +1,217 @@
+"""The sequential gate: each point measured in rounds, judged after every round, stopped once
+decided. Pure: the benchmark stage and ``scripts/bench/gate_sim.py`` drive the same ``Schedule``.
+
+Method (docs/sources.md#sequential-gate): a group-sequential design with Lan-DeMets alpha
+spending, the power family alpha(t) = alpha * t^rho (``tasks.planning.group_sequential``). A
+point has K looks, one after each of its rounds (t = k / K of its cap, ``duration_s``). At look k
+it is judged by the gate's own tests (``tasks.planning.gate``) at that look's nominal level: the
+boundary that makes the chance of crossing at any look, under the joint distribution of the z
+statistics of accumulating data, exactly alpha. So however often it looks, an equal candidate
+FAILs a check, or one as bad as the margin PASSes it, with a chance of alpha (one-sided, each
+side its own spending). The critical checks spend alpha / M, M being every critical check the
+benchmark could make (``critical_family``): a point's decision depends on its own rounds only, so
+it can stop without waiting for the others, and for the outcome that is Holm's first rejection,
+which is all that matters, since the benchmark stops at its first critical FAIL.
+
+Why this and not an always-valid confidence sequence or a mixture SPRT: those need a likelihood
+or a sub-Gaussian bound for the statistic, and the gate's statistics (bootstrap ratios of means
+and percentiles, random effects between rounds) have neither in closed form; their z statistics
+are close to Gaussian with the accumulating-data correlation, which is what the boundaries need,
+and ``scripts/bench/gate_sim.py --sequential`` measures the error rates that result.
+rho = 2 and nothing spent at the first look: one round has no spread between rounds (and a
+run-level figure no noise estimate at all), so an early round that happens to run slow cannot
+decide; most of alpha is left for the late looks, where the samples are.
+
+A point stops when every gated check on it is PASS or FAIL (from its second round on), at its
+cap (K rounds), when ``benchmark.budget_minutes`` would be exceeded by its next round, or when a
+critical check anywhere FAILs (the whole benchmark stops: the candidate is rolled back sooner).
+A blueprint without ``benchmark.sequential`` runs its repeats at full length, as before; the
+budget still holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from blueprints.schema import BenchmarkSpec, GateSpec, Scenario
+from tasks.planning.bench_baseline import Baseline
+from tasks.planning.gate import GateReport, Looks, PointStop, Verdict, evaluate_gate, expected_points
+from tasks.planning.group_sequential import nominal_levels
+from tasks.planning.metrics import ScenarioSummary
+
+MIN_ROUNDS = 2
+
+Point = tuple[str, int]
+
+
+def levels(alpha: float, rounds: int, rho: float) -> tuple[float, ...]:
+    """Nominal one-sided level per look (1..rounds); nothing before ``MIN_ROUNDS``."""
+    return nominal_levels(alpha, rounds, rho, MIN_ROUNDS)
+
+
+def critical_family(bench: BenchmarkSpec, gate: GateSpec, baseline: Baseline | None) -> int:
+    """How many critical checks the benchmark could make: an SLO check per point and limit set,
+    and a check per bound of each gated critical rule at every point the baseline covers."""
+    slos = sum(getattr(gate.slo, f"{f}_ms") is not None for f in ("ttft", "tpot", "e2e"))
+    bounds = sum((r.max_ratio is not None) + (r.min_ratio is not None)
+                 for r in gate.rules if r.critical and not r.report_only)
+    points = expected_points(bench)
+    covered = sum(1 for s, c in points if baseline is not None and baseline.lookup(s, c) is not None)
+    return max(1, len(points) * slos + covered * bounds)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One load run to make: a round of a point (a repeat, without ``benchmark.sequential``)."""
+
+    scenario: Scenario
+    concurrency: int
+    index: int                        # 0-based
+    duration_s: float
+    max_requests: int
+    warmup_requests: int
+
+    @property
+    def point(self) -> Point:
+        return self.scenario.name, self.concurrency
+
+
+@dataclass(frozen=True)
+class Look:
+    decided: bool
+    failed: bool                      # a critical check FAILed: the benchmark stops
+    report: GateReport
+
+
+def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, alpha: float, critical: float,
+         family: int, seed: int, final: bool) -> Look:
+    """Judge one point on its rounds so far at this look's nominal levels."""
+    point = (summary.scenario, summary.concurrency)
+    report = evaluate_gate([summary], baseline, gate, seed=seed,
+                           looks=Looks({point: alpha}, {point: critical}, family))
+    gated = [r for r in report.rows if r.gated and r.verdict is not None]
+    failed = any(r.verdict is Verdict.FAIL and r.critical for r in gated)
+
+    def settled(r) -> bool:
+        # A figure without a noise estimate "stands" only when no more rounds will come.
+        stands = r.check in ("slo", "ratio") and r.p_value is None and r.verdict is not Verdict.INCONCLUSIVE
+        return r.verdict in (Verdict.PASS, Verdict.FAIL) and (final or not stands)
+
+    return Look(failed or all(settled(r) for r in gated), failed, report)
+
+
+@dataclass
+class Schedule:
+    """Which round to run next, and what each one decided. Rounds go outermost (round 1 of every
+    point, then round 2 of those still open), so slow drift spreads over the points."""
+
+    bench: BenchmarkSpec
+    gate: GateSpec
+    baseline: Baseline | None
+    seed: int = 0
+    _order: list[tuple[Scenario, int]] = field(init=False)
+    _queue: list[tuple[Scenario, int]] = field(init=False, default_factory=list)
+    _round: int = field(init=False, default=0)
+    _stops: dict[Point, PointStop] = field(init=False, default_factory=dict)
+    _rounds: dict[Point, int] = field(init=False, default_factory=dict)
+    _load: dict[Point, float] = field(init=False, default_factory=dict)
+    _alpha: dict[Point, tuple[float, float]] = field(init=False, default_factory=dict)
+    family: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._order = [(s, c) for s in self.bench.scenarios for c in s.concurrencies]
+        self.family = critical_family(self.bench, self.gate, self.baseline)
+
+    def _levels(self, k: int) -> tuple[float, float]:
+        """Look k's nominal levels (checks and intervals; critical checks). A point that stops
+        before its first spending look is judged once, at that look's levels."""
+        seq, alpha = self.bench.sequential, 1.0 - self.gate.confidence
+        k = max(k, MIN_ROUNDS)
+        return (levels(alpha, self.rounds, seq.spending)[k - 1],  # type: ignore[union-attr]
+                levels(alpha / self.family, self.rounds, seq.spending)[k - 1])  # type: ignore[union-attr]
+
+    @property
+    def sequential(self) -> bool:
+        return self.bench.sequential is not None
+
+    @property
+    def rounds(self) -> int:
+        return self.bench.sequential.rounds if self.bench.sequential else self.bench.repeats
+
+    @property
+    def load_s(self) -> float:
+        return sum(self._load.values())
+
+    def _round_of(self, scenario: Scenario, concurrency: int, index: int) -> Round:
+        if not self.sequential:
+            return Round(scenario, concurrency, index, scenario.duration_s, scenario.max_requests,
+                         scenario.warmup_requests)
+        k = self.rounds
+        return Round(scenario, concurrency, index, scenario.duration_s / k, -(-scenario.max_requests // k),
+                     scenario.warmup_requests if index == 0 else 0)  # the engines stay warm between rounds
+
+    def next(self) -> Round | None:
+        """The next round to measure; None when the benchmark is over."""
+        while not self._queue:
+            if self._round >= self.rounds or len(self._stops) == len(self._order):
+                return None
+            self._round += 1
+            self._queue = [(s, c) for s, c in self._order if (s.name, c) not in self._stops]
+        scenario, concurrency = self._queue[0]
+        rnd = self._round_of(scenario, concurrency, self._round - 1)
+        budget = self.bench.budget_minutes
+        if budget is not None and self.load_s + rnd.duration_s > budget * 60.0:
+            self._stop_open("budget", f"not measured further: its next round ({rnd.duration_s:.0f} s) would take the "
+                                      f"benchmark past its budget of {budget:.3g} min")
+            return None
+        return rnd
+
+    def record(self, rnd: Round, summary: ScenarioSummary, load_s: float) -> Look | None:
+        """What the round measured (``summary``: every round of the point so far, pooled)."""
+        point = rnd.point
+        self._queue.pop(0)
+        k = self._rounds[point] = self._rounds.get(point, 0) + 1
+        self._load[point] = self._load.get(point, 0.0) + load_s
+        final = k >= self.rounds
+        if not self.sequential:
+            if final:
+                self._stop(point, "cap", "every repeat measured")
+            return None
+        alpha, critical = self._alpha[point] = self._levels(k)
+        if k < MIN_ROUNDS and not final:
+            return None  # one round has no spread between rounds: an early slow one must not decide
+        seen = look(summary, self.baseline, self.gate, alpha, critical, self.family, self.seed, final)
+        if seen.failed:
+            self._stop(point, "decided", f"a critical check FAILed at round {k}")
+            where = f"{point[0]} @ concurrency {point[1]}"
+            self._stop_open("stopped", f"stopped: a critical check FAILed at {where}, so the benchmark ended there")
+        elif seen.decided:
+            self._stop(point, "decided", f"every check decided at round {k}")
+        elif final:
+            self._stop(point, "cap", f"its cap of {rnd.scenario.duration_s:g} s ({k} rounds) reached undecided")
+        return seen
+
+    def _stop(self, point: Point, reason: str, note: str) -> None:
+        alpha, critical = self._alpha.get(point, (0.0, 0.0))
+        self._stops[point] = PointStop(point[0], point[1], self._rounds.get(point, 0), self._load.get(point, 0.0),
+                                       reason, alpha, critical, note)
+
+    def _stop_open(self, reason: str, note: str) -> None:
+        for s, c in self._order:
+            if (s.name, c) not in self._stops:
+                self._stop((s.name, c), reason, note)
+        self._queue = []
+
+    @property
+    def stops(self) -> tuple[PointStop, ...]:
+        """Every point's stop, in the blueprint's order (without ``benchmark.sequential``: those the
+        budget cut short)."""
+        return tuple(st for s, c in self._order if (st := self._stops.get((s.name, c))) is not None
+                     and (self.sequential or st.reason == "budget"))
+
+    @property
+    def looks(self) -> Looks | None:
+        if not self.sequential:
+            return None
+        return Looks({p: a for p, (a, _) in self._alpha.items()}, {p: c for p, (_, c) in self._alpha.items()},
+                     self.family)

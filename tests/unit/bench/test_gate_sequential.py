@@ -1,0 +1,247 @@
+"""The sequential gate on synthetic streams: it stops early on a clear case, runs to the cap on a
+borderline one, never decides on one early slow round, spends alpha as stated, holds the budget,
+and a critical FAIL ends the whole benchmark."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from blueprints.loader import load_blueprint
+from blueprints.schema import BenchmarkSpec, GateRule, Scenario, SequentialSpec, SloSpec
+from tasks.errors import ConfigError
+from tasks.planning.bench_baseline import baseline_from_summaries
+from tasks.planning.bench_report import render_markdown
+from tasks.planning.gate import Verdict, evaluate_gate, expected_points
+from tasks.planning.gate_sequential import MIN_ROUNDS, Schedule, critical_family, levels
+from tasks.planning.group_sequential import nominal_levels, spent
+from tasks.planning.bench_stats import normal_quantile
+from tasks.planning.metrics import summarize
+from tests.unit.bench.helpers import gate_spec, record, run
+
+TPOT = GateRule(metric="tpot_mean", max_ratio=1.10, critical=True)
+ROUNDS = 6
+
+
+def bench(*concurrencies: int, rounds: int = ROUNDS, budget: float | None = None, **more) -> BenchmarkSpec:
+    return BenchmarkSpec(scenarios=[Scenario(name="isl-3k", input_tokens=3000, output_tokens=16,
+                                             concurrencies=list(concurrencies or (8,)), duration_s=600,
+                                             max_requests=1000, warmup_requests=3)],
+                         sequential=SequentialSpec(rounds=rounds, spending=2.0), budget_minutes=budget, **more)
+
+
+def baseline(concurrencies=(8,)):
+    return baseline_from_summaries([run(600, seed=11 + c, spread=0.05, concurrency=c) for c in concurrencies],
+                                   source="previous run")
+
+
+def round_records(rnd, scale, seed, n=80, spread=0.05, outlier=1.0):
+    """One round's requests: mean TPOT 12 ms x ``scale`` (log-normal, whatever the spread);
+    ``outlier`` scales the whole round."""
+    rng = random.Random(seed * 1000 + rnd.index)
+    mean_tpot = 0.012 * math.exp(0.05 ** 2 / 2) * scale * outlier * math.exp(-spread ** 2 / 2)  # as the baseline's
+    return [record(0.12 * rng.lognormvariate(0, spread), mean_tpot * rng.lognormvariate(0, spread), 16,
+                   send_ts=float(rnd.index * n + i), concurrency=rnd.concurrency, repeat=rnd.index)
+            for i in range(n)]
+
+
+def drive(spec, gate, base, scale=lambda rnd: 1.0, seed=1, outlier=lambda rnd: 1.0, n=80, spread=0.05):
+    """Run the schedule against a synthetic engine; returns it, the final report and the rounds run."""
+    schedule = Schedule(spec, gate, base, seed=0)
+    recs, ran = {}, []
+    while (rnd := schedule.next()) is not None:
+        ran.append(rnd)
+        got = recs.setdefault(rnd.point, [])
+        got += round_records(rnd, scale(rnd), seed, n=n, spread=spread, outlier=outlier(rnd))
+        durations = {k: rnd.duration_s for k in range(rnd.index + 1)}
+        summary = summarize(got, durations, SloSpec(), scenario=rnd.point[0], concurrency=rnd.point[1])
+        schedule.record(rnd, summary, rnd.duration_s)
+    summaries = [summarize(got, {k: spec.scenarios[0].duration_s / ROUNDS for k in range(1 + max(r.repeat for r in got))},
+                           SloSpec(), scenario=p[0], concurrency=p[1]) for p, got in recs.items()]
+    report = evaluate_gate(summaries, base, gate, expected=expected_points(spec), seed=0,
+                           looks=schedule.looks, stops=schedule.stops)
+    return schedule, report, ran
+
+
+# --- the spending -------------------------------------------------------------------------------
+
+
+def _crossings(levels_, rounds, paths=200_000):
+    """Monte Carlo of the canonical joint distribution: per look, the share of paths that first cross."""
+    rng = np.random.default_rng(5)
+    z = np.cumsum(rng.normal(0, math.sqrt(1 / rounds), (paths, rounds)), axis=1) / np.sqrt(np.arange(1, rounds + 1) / rounds)
+    crit = np.array([normal_quantile(1 - lv) if lv > 0 else np.inf for lv in levels_])
+    crossed = z >= crit
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    return [float(np.mean(first == k)) for k in range(rounds)]
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.05 / 36])
+def test_the_boundaries_spend_exactly_what_each_look_may_across_all_looks(alpha):
+    lv = nominal_levels(alpha, 8, 2.0, 2)
+    per_look = _crossings(lv, 8)
+    assert lv[0] == 0.0 and per_look[0] == 0.0                   # the first look spends nothing
+    assert sum(per_look) == pytest.approx(alpha, abs=4 * math.sqrt(alpha / 200_000))         # all looks together: alpha
+    for k in (2, 8):
+        share = spent(k, 8, alpha, 2.0, 2) - spent(k - 1, 8, alpha, 2.0, 2)
+        assert per_look[k - 1] == pytest.approx(share, abs=4 * math.sqrt(share / 200_000))   # 4 Monte Carlo sd
+    assert list(lv[1:]) == sorted(lv[1:]) and lv[-1] < alpha
+    # Later looks get more than their share alone would give: the looks are correlated.
+    assert lv[-1] > spent(8, 8, alpha, 2.0, 2) - spent(7, 8, alpha, 2.0, 2)
+
+
+def test_one_look_is_the_fixed_test_and_nothing_is_spent_before_the_first_look():
+    assert nominal_levels(0.05, 1, 2.0) == pytest.approx((0.05,), rel=1e-3)
+    assert spent(1, 8, 0.05, 2.0, first=2) == 0.0 and spent(2, 8, 0.05, 2.0, first=2) == pytest.approx(0.05 / 16)
+    assert spent(8, 8, 0.05, 2.0) == pytest.approx(0.05) and spent(4, 8, 0.05, 1.0) == pytest.approx(0.025)
+    assert levels(0.05, 8, 2.0) == nominal_levels(0.05, 8, 2.0, MIN_ROUNDS)
+
+
+def test_the_critical_family_counts_every_check_the_benchmark_could_make():
+    spec = bench(1, 8)
+    gate = gate_spec(TPOT, GateRule(metric="output_tokens_per_s", min_ratio=0.9, max_ratio=1.5, critical=True),
+                     GateRule(metric="ttft_p99", max_ratio=1.2), GateRule(metric="tpot_mean", max_ratio=1.1,
+                                                                          critical=True, report_only=True),
+                     slo=SloSpec(ttft_ms=1000, tpot_ms=50))
+    # 2 points x 2 SLOs, and 3 critical bounds at the one point the baseline covers.
+    assert critical_family(spec, gate, baseline((8,))) == 2 * 2 + 1 * 3
+    assert critical_family(spec, gate_spec(GateRule(metric="ttft_p99", max_ratio=1.2)), None) == 1
+
+
+# --- decisions on streams -----------------------------------------------------------------------
+
+
+def test_a_clear_regression_stops_early_with_a_fail():
+    schedule, report, ran = drive(bench(), gate_spec(TPOT), baseline(), scale=lambda rnd: 1.5)
+    (stop,) = schedule.stops
+    assert report.outcome is Verdict.FAIL
+    assert stop.reason == "decided" and stop.rounds == MIN_ROUNDS < ROUNDS and len(ran) == MIN_ROUNDS
+    assert stop.alpha == pytest.approx(levels(0.05, ROUNDS, 2.0)[MIN_ROUNDS - 1])
+    assert stop.alpha_critical == pytest.approx(levels(0.05 / schedule.family, ROUNDS, 2.0)[MIN_ROUNDS - 1])
+    assert stop.load_s == pytest.approx(MIN_ROUNDS * 600 / ROUNDS)
+
+
+def test_an_equal_candidate_stops_early_with_a_pass():
+    schedule, report, ran = drive(bench(), gate_spec(TPOT), baseline())
+    (stop,) = schedule.stops
+    assert report.outcome is Verdict.PASS
+    assert stop.reason == "decided" and stop.rounds < ROUNDS
+
+
+def test_a_borderline_candidate_runs_to_its_cap_and_is_left_to_a_person():
+    # At the 1.10 bound, with noisy requests: neither a FAIL nor a PASS (the 1.20 margin) is ever shown.
+    schedule, report, ran = drive(bench(), gate_spec(TPOT, min_samples=20), baseline(), scale=lambda rnd: 1.10,
+                                  n=20, spread=0.5)
+    (stop,) = schedule.stops
+    assert stop.reason == "cap" and stop.rounds == ROUNDS == len(ran)
+    assert report.outcome is Verdict.INCONCLUSIVE
+    assert "cap of 600 s (6 rounds)" in stop.note
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_slow_first_round_never_decides_and_never_fails_an_equal_candidate(seed):
+    # The whole first round 2x slower (a cold cache, a noisy neighbour), every later one equal.
+    schedule, report, ran = drive(bench(), gate_spec(TPOT), baseline(), seed=seed,
+                                  outlier=lambda rnd: 2.0 if rnd.index == 0 else 1.0)
+    (stop,) = schedule.stops
+    assert report.outcome is not Verdict.FAIL
+    assert stop.rounds > 1
+
+
+def test_a_single_round_is_never_enough_even_for_a_clear_fail():
+    spec = bench(rounds=2)
+    schedule = Schedule(spec, gate_spec(TPOT), baseline(), seed=0)
+    rnd = schedule.next()
+    recs = round_records(rnd, 3.0, 1)
+    seen = schedule.record(rnd, summarize(recs, {0: 300.0}, SloSpec(), scenario="isl-3k", concurrency=8), 300.0)
+    assert seen is None                             # no look after one round ...
+    assert schedule.stops == () and schedule.next() is not None   # ... the point runs round 2
+
+
+def test_a_critical_fail_at_one_point_stops_the_whole_benchmark():
+    spec = bench(8, 16)
+    schedule, report, ran = drive(spec, gate_spec(TPOT), baseline((8, 16)),
+                                  scale=lambda rnd: 1.6 if rnd.concurrency == 8 else 1.0)
+    stops = {st.concurrency: st for st in schedule.stops}
+    assert report.outcome is Verdict.FAIL
+    assert stops[8].reason == "decided" and stops[16].reason == "stopped"
+    assert "FAILed at isl-3k @ concurrency 8" in stops[16].note
+    assert len(ran) == 2 * MIN_ROUNDS - 1           # c=16 ran one round less: it came second in round 2
+
+
+# --- the rounds, the budget ---------------------------------------------------------------------
+
+
+def test_rounds_split_the_cap_and_only_the_first_warms_up():
+    schedule = Schedule(bench(), gate_spec(TPOT), baseline())
+    first = schedule.next()
+    assert (first.duration_s, first.max_requests, first.warmup_requests, first.index) == (100.0, 167, 3, 0)
+    schedule.record(first, run(80, seed=1), 100.0)
+    second = schedule.next()
+    assert (second.index, second.warmup_requests) == (1, 0)
+
+
+def test_the_budget_holds_a_round_that_fits_exactly_and_refuses_one_that_does_not():
+    # Rounds of 100 s; a budget of 200 s fits two exactly, not a third.
+    schedule = Schedule(bench(budget=200 / 60), gate_spec(TPOT), baseline())
+    for _ in range(2):
+        rnd = schedule.next()
+        schedule.record(rnd, run(10, seed=rnd.index), 100.0)   # too few samples: never decided
+    assert schedule.next() is None
+    (stop,) = schedule.stops
+    assert stop.reason == "budget" and stop.rounds == 2 and "budget of 3.33 min" in stop.note
+
+
+def test_without_sequential_the_repeats_run_at_full_length_and_the_budget_still_holds():
+    spec = BenchmarkSpec(scenarios=[Scenario(name="isl-3k", input_tokens=3000, output_tokens=16, concurrencies=[1, 8],
+                                             duration_s=60)], repeats=2, budget_minutes=3)
+    schedule = Schedule(spec, gate_spec(TPOT), baseline())
+    ran = []
+    while (rnd := schedule.next()) is not None:
+        ran.append((rnd.concurrency, rnd.index, rnd.duration_s))
+        assert schedule.record(rnd, run(10, seed=1), 60.0) is None   # no looks
+    assert ran == [(1, 0, 60), (8, 0, 60), (1, 1, 60)]              # repeats outermost; the fourth is over budget
+    (stop,) = schedule.stops
+    assert (stop.concurrency, stop.reason, stop.rounds) == (8, "budget", 1)
+    # A budget that ends before a point's first run: the gate says why it has no results.
+    spec = spec.model_copy(update={"budget_minutes": 1.5})
+    schedule = Schedule(spec, gate_spec(TPOT), baseline())
+    rnd = schedule.next()
+    schedule.record(rnd, run(10, seed=1), 60.0)
+    assert schedule.next() is None
+    report = evaluate_gate([run(60, seed=2, concurrency=1)], baseline(), gate_spec(TPOT),
+                           expected=expected_points(spec), stops=schedule.stops)
+    (missing,) = [r for r in report.rows if r.check == "results"]
+    assert missing.concurrency == 8 and missing.verdict is Verdict.INCONCLUSIVE
+    assert "budget of 1.5 min" in missing.reason
+
+
+def test_sequential_rounds_replace_repeats():
+    with pytest.raises(ValueError, match="repeats"):
+        bench(repeats=3)
+    assert bench(repeats=1).sequential.rounds == ROUNDS
+
+
+def test_a_blueprint_that_sets_both_is_refused_naming_the_field(tmp_path):
+    doc = yaml.safe_load((Path(__file__).resolve().parents[3] / "blueprints" / "glm51-fp8-2p2d.yaml").read_text())
+    doc["benchmark"]["sequential"] = {"rounds": 4}
+    doc["benchmark"]["repeats"] = 3
+    path = tmp_path / "bp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="benchmark.*repeats"):
+        load_blueprint(path)
+
+
+def test_the_report_shows_how_each_point_was_decided():
+    schedule, report, _ = drive(bench(8, 16), gate_spec(TPOT), baseline((8, 16)),
+                                scale=lambda rnd: 1.6 if rnd.concurrency == 8 else 1.0)
+    text = render_markdown(report)
+    assert "## How the decision was reached" in text
+    assert "| isl-3k | 8 | 2 | 200 s | a critical check FAILed at round 2 |" in text
+    assert "tpot_mean [" in text and "This benchmark was sequential" in text
+    assert f"split it over all {report.critical_tests} the benchmark could make" in text and report.critical_tests == 2

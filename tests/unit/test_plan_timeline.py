@@ -1,0 +1,134 @@
+"""`pdlift plan`'s timeline: every stage's expected and worst time for both blueprints, checked
+against hand computations, its cost at the fleet's price, and the warnings it raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blueprints.loader import load_blueprint
+from tasks.planning.plan import make_plan
+from tasks.planning.plan_render import render
+from tasks.planning.timeline import beside_actual, duration, project
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+SWEEP = (1 + 2 + 4 + 8 + 16) * GIB      # nccl-tests from the 1 GiB judging size to 16 GiB, doubling
+PASSES = 47                             # 5 warm-up + 20 out of place + 20 in place + 2 checks
+
+
+@pytest.fixture(scope="module")
+def glm():
+    return load_blueprint(REPO / "blueprints" / "glm51-fp8-2p2d.yaml")
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return load_blueprint(REPO / "blueprints" / "sandbox-2p2d.yaml")
+
+
+def by_stage(timeline):
+    return {s.stage: (s.expected_s, s.worst_s) for s in timeline.stages}
+
+
+def sweep_s(algbw_gbs):
+    return PASSES * SWEEP / (algbw_gbs * 1e9)
+
+
+def test_the_reference_timeline_by_hand(glm):
+    t = make_plan(glm).timeline
+    stages = by_stage(t)
+    assert [s.stage for s in t.stages] == ["reserve", "launch", "fabric", "weights", "deploy", "benchmark"]
+    assert stages["reserve"] == (60, 60 + 300)                        # API calls; pending ~5 min (< wait_ready_s 900)
+    assert stages["launch"] == (600, 900)                             # assumed boot+join; join_timeout_s
+    # Fabric, 4 nodes of 8 GPUs: inventory and loopbacks 2 x 20 s; single node all_reduce at 431 GB/s busbw
+    # (algbw = busbw / (2 x 7/8)); 3 round-robin rounds of a pair (16 ranks): fi_pingpong 20 s, three
+    # tests' 30 s start-up, all_reduce 300 / (2 x 15/16), alltoall 60 / (15/16), sendrecv 40; the whole
+    # set (32 ranks): all_reduce 300 / (2 x 31/32), alltoall 60 / (31/32).
+    single = 30 + sweep_s(431 / 1.75)
+    pair = 20 + 90 + sweep_s(300 / 1.875) + sweep_s(60 / 0.9375) + sweep_s(40)
+    whole = 60 + sweep_s(300 / 1.9375) + sweep_s(60 / 0.96875)
+    assert stages["fabric"][0] == pytest.approx(40 + single + 3 * pair + whole)
+    assert stages["fabric"][0] == pytest.approx(721.7, abs=0.1)
+    # At most: 1 + 4 x 3 + 2 tests to the 600 s watchdog, and 2 replacements (a join, 1 + 4 x 3 tests each).
+    assert stages["fabric"][1] == pytest.approx(40 + 15 * 600 + 2 * (900 + 13 * 600))
+    assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
+    assert stages["deploy"] == (600, 2700)
+    load = 3 * (3 * 300 + 3 * 600 + 3 * 900)                           # 3 repeats of 9 points: 270 min
+    assert stages["benchmark"] == (load, load + 3600)                  # + the approval wait
+    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 16200, abs=0.1)
+    assert t.usd_per_hour == pytest.approx(4 * 63.296)
+
+
+def test_the_sandbox_blueprints_timeline_by_hand(sandbox):
+    stages = by_stage(make_plan(sandbox).timeline)
+    assert stages["launch"] == (600, 600)                              # join_timeout_s 60 < the assumed 600
+    assert stages["fabric"][1] == pytest.approx(40 + 15 * 30 + 2 * (60 + 13 * 30))   # test_timeout_s 30
+    assert stages["benchmark"] == (10 + 10 + 15 + 15, 50 + 3600)       # 1 repeat of 4 points
+
+
+def test_a_sequential_benchmark_is_projected_from_its_earliest_decision_to_its_cap_or_budget(glm):
+    scenarios = [s.model_copy(update={"duration_s": s.duration_s * 3}) for s in glm.benchmark.scenarios]
+    bench = glm.benchmark.model_copy(update={"scenarios": scenarios, "repeats": 1,
+                                             "sequential": glm.benchmark.sequential or _seq(6)})
+    bp = glm.model_copy(update={"benchmark": bench})
+    cap = 3 * 900 + 3 * 1800 + 3 * 2700
+    assert by_stage(make_plan(bp).timeline)["benchmark"] == pytest.approx((cap * 2 / 6, cap + 3600))
+    budget = bp.model_copy(update={"benchmark": bench.model_copy(update={"budget_minutes": 60})})
+    assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600 + 3600))
+
+
+def _seq(rounds):
+    from blueprints.schema import SequentialSpec
+
+    return SequentialSpec(rounds=rounds)
+
+
+def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
+    t = make_plan(glm).timeline
+    expected, worst = t.of("benchmark").usd(t.usd_per_hour)
+    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
+    assert t.of("weights").usd(None) == (None, None)
+    plan = make_plan(glm)
+    assert plan.cost.usd_per_run == pytest.approx(t.expected_s / 3600 * 4 * 63.296, abs=0.01)
+
+
+def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
+    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 14.2 h at most, 48 h held
+    short = glm.model_copy(update={"expected_run_hours": 5.0})
+    assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
+    exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
+    assert not any("expected_run_hours" in w for w in make_plan(exact).warnings)   # equal is not more
+    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 14, "max_upfront_usd": 5000})
+    block = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap})})
+    (warning,) = [w for w in make_plan(block).warnings if "Capacity Block" in w]
+    assert "14.1 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
+    odcr = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": glm.aws.capacity.model_copy(
+        update={"duration_hours": 12})})})
+    assert any("duration_hours = 12" in w for w in make_plan(odcr).warnings)
+
+
+def test_the_plan_prints_the_timeline_with_its_sources_and_json_carries_it(glm):
+    plan = make_plan(glm)
+    text = render(plan)
+    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     5.5 h" in text
+    assert "s5cmd#636" in text and "assumed: no published p5en figure" in text
+    assert "projected run 5.1 h" in text and "expected run 6 h" not in text
+    doc = plan.to_dict()
+    assert [s["stage"] for s in doc["timeline"]["stages"]] == ["reserve", "launch", "fabric", "weights", "deploy",
+                                                               "benchmark"]
+    assert doc["timeline"]["expected_s"] == pytest.approx(plan.timeline.expected_s)
+
+
+def test_the_migrate_summary_shows_each_stage_beside_its_projection(glm):
+    t = project(glm, 754.0, 253.0)
+    lines = beside_actual(t, [{"stage": "fabric", "status": "done", "seconds": 41.2},
+                              {"stage": "teardown", "status": "done", "seconds": 3.0}])
+    assert lines[2] == "| fabric | done | 41.2 | 12 min | 7.3 h |"
+    assert lines[3] == "| teardown | done | 3.0 | — | — |"
+
+
+@pytest.mark.parametrize("seconds, text", [(89, "89 s"), (90, "2 min"), (5399, "90 min"), (5400, "1.5 h")])
+def test_durations_read_as_people_say_them(seconds, text):
+    assert duration(seconds) == text
