@@ -370,7 +370,8 @@ class Blueprint(Frozen):
     gate: GateSpec
     promotion: PromotionSpec = PromotionSpec()
     expected_run_hours: PositiveFloat = Field(
-        default=6.0, description="Expected wall time of one migration run, for the cost plan."
+        default=6.0, description="The target wall time of one migration run: `pdlift plan` warns when its "
+                                 "projection (tasks/planning/timeline.py) is longer."
     )
     sandbox: SandboxSpec | None = None
 

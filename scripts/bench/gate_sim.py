@@ -2,9 +2,12 @@
 """Benchmark: the promotion gate's error rates, measured by simulation instead of asserted.
 
 For each case, draw a baseline run and a candidate run of the reference blueprint's benchmark
-(its scenarios, concurrencies, durations and 3 repeats) from a realistic latency model, run the
-real gate (``tasks.planning.gate.evaluate_gate``, the blueprint's rules and level), and count
-its verdicts over many comparisons:
+(its scenarios and concurrencies, each point measured as 3 repeats of a third of its cap: the
+fixed-length gate the reference had before it was sequential) from a realistic latency model, run
+the real gate (``tasks.planning.gate.evaluate_gate``, the blueprint's rules and level), and count
+its verdicts over many comparisons. ``--sequential`` runs the candidate through the sequential
+gate as the benchmark stage does (``tasks.planning.gate_sequential.Schedule``: rounds, looks,
+early stops), against the same full-length baseline, beside the fixed gate on the same draw:
 
     equal        the candidate is the baseline's model: every FAIL is a false FAIL
     ttft+10%     mean TTFT 10% worse (the critical ttft_mean rule allows 5%): every PASS is false
@@ -158,8 +161,8 @@ def _run(bp, rng: np.random.Generator, case: Case, duration_scale: float = 1.0) 
 
 
 def compare(case_name: str, draw: int, seed: int, duration_scale: float = 1.0, critical_only: bool = False) -> str:
-    """One comparison: a fresh baseline run and a fresh candidate run through the real gate."""
-    bp = load_blueprint(REFERENCE)
+    """One comparison: a fresh baseline run and a fresh candidate run through the real (fixed-length) gate."""
+    bp = fixed_blueprint(load_blueprint(REFERENCE))
     rng = np.random.default_rng([seed, draw, zlib_of(case_name)])
     baseline = baseline_from_summaries(_run(bp, rng, CASES["equal"], duration_scale), source="simulated baseline")
     candidate = _run(bp, rng, CASES[case_name], duration_scale)
@@ -169,6 +172,19 @@ def compare(case_name: str, draw: int, seed: int, duration_scale: float = 1.0, c
 
 
 SEQUENTIAL = {}                       # --rounds / --spending overrides of benchmark.sequential
+FIXED_REPEATS = 3
+
+
+def fixed_blueprint(bp):
+    """The blueprint as a fixed-length gate runs it: a sequential one's cap as 3 repeats of a third
+    (the reference's gate before it was sequential), a fixed one as it is."""
+    if bp.benchmark.sequential is None:
+        return bp
+    k = FIXED_REPEATS
+    scenarios = [s.model_copy(update={"duration_s": s.duration_s / k, "max_requests": -(-s.max_requests // k)})
+                 for s in bp.benchmark.scenarios]
+    bench = bp.benchmark.model_copy(update={"scenarios": scenarios, "repeats": k, "sequential": None})
+    return bp.model_copy(update={"benchmark": bench})
 
 
 def sequential_blueprint(bp):
@@ -188,13 +204,14 @@ def sequential_blueprint(bp):
 def compare_sequential(case_name: str, draw: int, seed: int, critical_only: bool = False) -> tuple[str, float, str]:
     """One comparison through the sequential gate: (verdict, minutes of load, the fixed gate's verdict
     on a full-length candidate run of the same draw)."""
-    bp = load_blueprint(REFERENCE)
+    reference = load_blueprint(REFERENCE)
+    bp = fixed_blueprint(reference)
     rng = np.random.default_rng([seed, draw, zlib_of(case_name)])
     baseline = baseline_from_summaries(_run(bp, rng, CASES["equal"]), source="simulated baseline")
     gate = bp.gate.model_copy(update={"rules": [r for r in bp.gate.rules if r.critical]}) if critical_only else bp.gate
     fixed = evaluate_gate(_run(bp, rng, CASES[case_name]), baseline, gate, expected=expected_points(bp.benchmark),
                           seed=draw).outcome.value
-    seq_bp = sequential_blueprint(bp)
+    seq_bp = sequential_blueprint(reference)
     schedule = Schedule(seq_bp.benchmark, gate, baseline, seed=draw)
     parts: dict[tuple[str, int], list] = {}
     while (rnd := schedule.next()) is not None:

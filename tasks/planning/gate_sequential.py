@@ -90,13 +90,13 @@ def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, al
     report = evaluate_gate([summary], baseline, gate, seed=seed,
                            looks=Looks({point: alpha}, {point: critical}, family))
     gated = [r for r in report.rows if r.gated and r.verdict is not None]
-    failed = any(r.verdict is Verdict.FAIL and r.critical for r in gated)
 
     def settled(r) -> bool:
         # A figure without a noise estimate "stands" only when no more rounds will come.
         stands = r.check in ("slo", "ratio") and r.p_value is None and r.verdict is not Verdict.INCONCLUSIVE
         return r.verdict in (Verdict.PASS, Verdict.FAIL) and (final or not stands)
 
+    failed = any(r.verdict is Verdict.FAIL and r.critical and settled(r) for r in gated)
     return Look(failed or all(settled(r) for r in gated), failed, report)
 
 

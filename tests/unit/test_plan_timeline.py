@@ -55,9 +55,11 @@ def test_the_reference_timeline_by_hand(glm):
     assert stages["fabric"][1] == pytest.approx(40 + 15 * 600 + 2 * (900 + 13 * 600))
     assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
     assert stages["deploy"] == (600, 2700)
-    load = 3 * (3 * 300 + 3 * 600 + 3 * 900)                           # 3 repeats of 9 points: 270 min
-    assert stages["benchmark"] == (load, load + 3600)                  # + the approval wait
-    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 16200, abs=0.1)
+    # Sequential, 6 rounds: expected, every point decided at its 2nd round (2/6 of its cap); at most,
+    # every point to its cap (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget), + the approval wait.
+    cap = 3 * 900 + 3 * 1800 + 3 * 2700
+    assert stages["benchmark"] == pytest.approx((cap * 2 / 6, min(cap, 270 * 60) + 3600))
+    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 5400, abs=0.1)
     assert t.usd_per_hour == pytest.approx(4 * 63.296)
 
 
@@ -68,36 +70,32 @@ def test_the_sandbox_blueprints_timeline_by_hand(sandbox):
     assert stages["benchmark"] == (10 + 10 + 15 + 15, 50 + 3600)       # 1 repeat of 4 points
 
 
-def test_a_sequential_benchmark_is_projected_from_its_earliest_decision_to_its_cap_or_budget(glm):
-    scenarios = [s.model_copy(update={"duration_s": s.duration_s * 3}) for s in glm.benchmark.scenarios]
-    bench = glm.benchmark.model_copy(update={"scenarios": scenarios, "repeats": 1,
-                                             "sequential": glm.benchmark.sequential or _seq(6)})
-    bp = glm.model_copy(update={"benchmark": bench})
-    cap = 3 * 900 + 3 * 1800 + 3 * 2700
-    assert by_stage(make_plan(bp).timeline)["benchmark"] == pytest.approx((cap * 2 / 6, cap + 3600))
-    budget = bp.model_copy(update={"benchmark": bench.model_copy(update={"budget_minutes": 60})})
+def test_a_fixed_benchmark_is_its_repeats_and_a_budget_cuts_either(glm):
+    scenarios = [s.model_copy(update={"duration_s": s.duration_s / 3}) for s in glm.benchmark.scenarios]
+    fixed = glm.benchmark.model_copy(update={"scenarios": scenarios, "repeats": 3, "sequential": None,
+                                             "budget_minutes": None})
+    load = 3 * (3 * 300 + 3 * 600 + 3 * 900)                           # 3 repeats of 9 points: 270 min
+    assert by_stage(make_plan(glm.model_copy(update={"benchmark": fixed})).timeline)["benchmark"] == \
+        pytest.approx((load, load + 3600))
+    budget = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 60})})
     assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600 + 3600))
-
-
-def _seq(rounds):
-    from blueprints.schema import SequentialSpec
-
-    return SequentialSpec(rounds=rounds)
+    tight = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 100})})
+    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((5400, 6000 + 3600))
 
 
 def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
     t = make_plan(glm).timeline
     expected, worst = t.of("benchmark").usd(t.usd_per_hour)
-    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
+    assert expected == pytest.approx(5400 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
     assert t.of("weights").usd(None) == (None, None)
     plan = make_plan(glm)
     assert plan.cost.usd_per_run == pytest.approx(t.expected_s / 3600 * 4 * 63.296, abs=0.01)
 
 
 def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
-    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 14.2 h at most, 48 h held
-    short = glm.model_copy(update={"expected_run_hours": 5.0})
-    assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
+    assert make_plan(glm).timeline.warnings == ()                     # 2.1 h expected, 14.2 h at most, 48 h held
+    short = glm.model_copy(update={"expected_run_hours": 2.0})
+    assert any("expected_run_hours = 2" in w for w in make_plan(short).warnings)
     exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
     assert not any("expected_run_hours" in w for w in make_plan(exact).warnings)   # equal is not more
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 14, "max_upfront_usd": 5000})
@@ -109,12 +107,31 @@ def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(
     assert any("duration_hours = 12" in w for w in make_plan(odcr).warnings)
 
 
+@pytest.mark.parametrize("prefill, decode, rounds", [(2, 2, 3), (2, 1, 3), (3, 2, 5), (1, 1, 1)])
+def test_the_pairwise_rounds_are_the_round_robins(glm, prefill, decode, rounds):
+    # n nodes: n - 1 rounds when n is even, n when it is odd (one node sits each round out).
+    topology = glm.topology.model_copy(update={"prefill": glm.topology.prefill.model_copy(update={"nodes": prefill}),
+                                              "decode": glm.topology.decode.model_copy(update={"nodes": decode})})
+    fabric = make_plan(glm.model_copy(update={"topology": topology})).timeline.of("fabric")
+    assert f" {rounds} pairwise round(s)" in fabric.basis
+
+
+def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
+    # At most 14.6 h here: inside a 15 h block, not inside its 14.5 usable hours.
+    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 15, "max_upfront_usd": 5000})
+    bp = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap}),
+                                "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 5600})})
+    worst = make_plan(bp).timeline.worst_s
+    assert 15 * 3600 - 1800 < worst <= 15 * 3600
+    assert any("Capacity Block" in w for w in make_plan(bp).warnings)
+
+
 def test_the_plan_prints_the_timeline_with_its_sources_and_json_carries_it(glm):
     plan = make_plan(glm)
     text = render(plan)
-    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     5.5 h" in text
+    assert "Timeline on AWS (projected)" in text and "benchmark  1.5 h     5.5 h" in text
     assert "s5cmd#636" in text and "assumed: no published p5en figure" in text
-    assert "projected run 5.1 h" in text and "expected run 6 h" not in text
+    assert "projected run 2.1 h" in text and "expected run 6 h" not in text
     doc = plan.to_dict()
     assert [s["stage"] for s in doc["timeline"]["stages"]] == ["reserve", "launch", "fabric", "weights", "deploy",
                                                                "benchmark"]

@@ -17,8 +17,8 @@ from blueprints.schema import BenchmarkSpec, GateRule, Scenario, SequentialSpec,
 from tasks.errors import ConfigError
 from tasks.planning.bench_baseline import baseline_from_summaries
 from tasks.planning.bench_report import render_markdown
-from tasks.planning.gate import Verdict, evaluate_gate, expected_points
-from tasks.planning.gate_sequential import MIN_ROUNDS, Schedule, critical_family, levels
+from tasks.planning.gate import Looks, Verdict, evaluate_gate, expected_points
+from tasks.planning.gate_sequential import MIN_ROUNDS, Schedule, critical_family, levels, look
 from tasks.planning.group_sequential import nominal_levels, spent
 from tasks.planning.bench_stats import normal_quantile
 from tasks.planning.metrics import summarize
@@ -153,6 +153,27 @@ def test_one_slow_first_round_never_decides_and_never_fails_an_equal_candidate(s
     assert stop.rounds > 1
 
 
+@pytest.mark.parametrize("factor", [20.0, 100.0])
+def test_one_extreme_request_early_on_does_not_fail_an_equal_candidate(factor):
+    spec = bench()
+    schedule = Schedule(spec, gate_spec(TPOT), baseline(), seed=0)
+    recs = []
+    while (rnd := schedule.next()) is not None:
+        got = round_records(rnd, 1.0, 4)
+        if rnd.index == 0:
+            first = got[0]
+            slow = first.first_token_ts + (first.chunk_ts[-1] - first.first_token_ts) * factor
+            got[0] = record(first.first_token_ts - first.send_ts, (slow - first.first_token_ts) / 15, 16,
+                            send_ts=first.send_ts, concurrency=8, repeat=0)
+        recs += got
+        durations = {k: rnd.duration_s for k in range(rnd.index + 1)}
+        seen = schedule.record(rnd, summarize(recs, durations, SloSpec(), scenario="isl-3k", concurrency=8),
+                               rnd.duration_s)
+        assert seen is None or not seen.failed
+    (stop,) = schedule.stops
+    assert stop.reason in ("decided", "cap") and stop.rounds >= MIN_ROUNDS
+
+
 def test_a_single_round_is_never_enough_even_for_a_clear_fail():
     spec = bench(rounds=2)
     schedule = Schedule(spec, gate_spec(TPOT), baseline(), seed=0)
@@ -172,6 +193,54 @@ def test_a_critical_fail_at_one_point_stops_the_whole_benchmark():
     assert stops[8].reason == "decided" and stops[16].reason == "stopped"
     assert "FAILed at isl-3k @ concurrency 8" in stops[16].note
     assert len(ran) == 2 * MIN_ROUNDS - 1           # c=16 ran one round less: it came second in round 2
+
+
+def test_a_non_critical_fail_decides_its_point_but_never_ends_the_benchmark():
+    spec = bench(8, 16)
+    gate = gate_spec(GateRule(metric="tpot_mean", max_ratio=1.10, critical=False),
+                     GateRule(metric="ttft_mean", max_ratio=1.10, critical=True))
+    schedule, report, ran = drive(spec, gate, baseline((8, 16)), scale=lambda rnd: 1.6 if rnd.concurrency == 8 else 1.0)
+    stops = {st.concurrency: st for st in schedule.stops}
+    assert stops[8].reason == "decided" and stops[16].reason == "decided"       # c=16 ran on to its own decision
+    assert report.outcome is Verdict.INCONCLUSIVE                                # a person decides
+
+
+def test_a_figure_without_a_noise_estimate_decides_nothing_before_the_last_look():
+    # A throughput rule on one round: no spread to test, so the figure "stands", but only at the end.
+    gate = gate_spec(GateRule(metric="output_tokens_per_s", min_ratio=0.9, critical=True), min_samples=20)
+    one_round = run(600, seed=3, spread=0.05)                     # as many requests as the baseline's one run
+    early = look(one_round, baseline(), gate, 0.01, 0.01, 1, 0, final=False)
+    last = look(one_round, baseline(), gate, 0.01, 0.01, 1, 0, final=True)
+    (row,) = [r for r in early.report.rows if r.metric == "output_tokens_per_s"]
+    assert row.p_value is None and row.verdict is not Verdict.INCONCLUSIVE
+    assert not early.decided and last.decided
+
+
+def test_critical_checks_spend_alpha_split_over_the_family_and_the_others_alpha_whole():
+    gate = gate_spec(TPOT, slo=SloSpec(ttft_ms=5000, tpot_ms=200))
+    schedule, report, _ = drive(bench(), gate, baseline(), scale=lambda rnd: 1.5)
+    (stop,) = schedule.stops
+    assert schedule.family == 3                                     # two SLOs and the critical rule
+    assert stop.alpha == pytest.approx(levels(0.05, ROUNDS, 2.0)[stop.rounds - 1])
+    assert stop.alpha_critical == pytest.approx(levels(0.05 / 3, ROUNDS, 2.0)[stop.rounds - 1])
+    assert stop.alpha_critical < stop.alpha / 2
+
+
+def test_a_critical_check_fails_only_below_its_looks_boundary():
+    gate = gate_spec(TPOT)
+    candidate = run(60, seed=8, spread=0.3, tpot_ms=14.5, repeats=2)
+    base = baseline()
+
+    def tpot_row(critical_level):
+        looks = Looks({("isl-3k", 8): 0.05}, {("isl-3k", 8): critical_level}, 1)
+        (r,) = [r for r in evaluate_gate([candidate], base, gate, looks=looks).rows if r.metric == "tpot_mean"]
+        return r
+
+    p = tpot_row(0.5).p_value
+    assert 0 < p < 0.05
+    assert tpot_row(p * 1.01).verdict is Verdict.FAIL
+    assert tpot_row(p).verdict is not Verdict.FAIL                 # strictly below
+    assert tpot_row(p / 1.5).verdict is not Verdict.FAIL
 
 
 # --- the rounds, the budget ---------------------------------------------------------------------
