@@ -309,7 +309,7 @@ class SequentialSpec(Frozen):
     (``tasks.planning.gate_sequential``; docs/sources.md#sequential-gate)."""
 
     # Looks per point: a round is the scenario's duration_s (the point's cap) divided by this.
-    rounds: Annotated[int, Field(ge=2, le=64)] = 8
+    rounds: Annotated[int, Field(ge=2, le=64)] = 6
     # rho of the alpha spending function alpha * t^rho: higher spends less early.
     spending: Annotated[float, Field(ge=0.5, le=6)] = 2.0
 

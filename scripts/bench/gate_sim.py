@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the sequential gate (rounds, stopped once decided), beside the fixed gate on the same draws")
     parser.add_argument("--noise", choices=("public", "pessimistic"), default="public",
                         help="the latency model's spread (see _body_sigma)")
-    parser.add_argument("--rounds", type=int, help="sequential: looks per point (default: the blueprint's, else 8)")
+    parser.add_argument("--rounds", type=int, help="sequential: looks per point (default: the blueprint's)")
     parser.add_argument("--spending", type=float, help="sequential: rho of the spending function")
     args = parser.parse_args(argv)
     set_noise(args.noise, {k: v for k, v in (("rounds", args.rounds), ("spending", args.spending)) if v is not None})

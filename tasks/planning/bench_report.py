@@ -77,9 +77,12 @@ def render_markdown(report: GateReport) -> str:
             lines += ["| " + " | ".join(_cell(str(t[c])) for c in columns) + " |"
                       for t in table if t["concurrency"] == concurrency]
             lines.append("")
-    lines += _stops_markdown(report)
+    return "\n".join(lines + _stops_markdown(report) + _how_to_read(report))
+
+
+def _how_to_read(report: GateReport) -> list[str]:
     alpha = 1.0 - report.confidence
-    lines += [
+    lines = [
         "How to read this:",
         "",
         f"- Every test is one-sided at one level, α = {alpha:g}: a check FAILs only when its bound is "
@@ -109,7 +112,7 @@ def render_markdown(report: GateReport) -> str:
             "looked, an equal candidate FAILs, or one as bad as the margin PASSes, with a chance of at most "
             "α. A point stopped once every check on it was decided; a critical FAIL stopped the benchmark. "
             "The rules are in tasks/planning/gate_sequential.py."]
-    return "\n".join(lines)
+    return lines
 
 
 def _interval_at_stop(report: GateReport, scenario: str, concurrency: int) -> str:

@@ -55,11 +55,12 @@ def test_the_reference_timeline_by_hand(glm):
     assert stages["fabric"][1] == pytest.approx(40 + 15 * 600 + 2 * (900 + 13 * 600))
     assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
     assert stages["deploy"] == (600, 2700)
-    # Sequential, 6 rounds: expected, every point decided at its 2nd round (2/6 of its cap); at most,
-    # every point to its cap (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget), + the approval wait.
+    # Sequential, 6 rounds, planned as if no point stopped early: every point to its cap
+    # (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget); at most, + the approval wait.
     cap = 3 * 900 + 3 * 1800 + 3 * 2700
-    assert stages["benchmark"] == pytest.approx((cap * 2 / 6, min(cap, 270 * 60) + 3600))
-    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 5400, abs=0.1)
+    assert stages["benchmark"] == pytest.approx((min(cap, 270 * 60), min(cap, 270 * 60) + 3600))
+    assert "as early as 1.5 h if every point is decided at its round 2" in t.of("benchmark").basis
+    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 16200, abs=0.1)
     assert t.usd_per_hour == pytest.approx(4 * 63.296)
 
 
@@ -79,23 +80,24 @@ def test_a_fixed_benchmark_is_its_repeats_and_a_budget_cuts_either(glm):
         pytest.approx((load, load + 3600))
     budget = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 60})})
     assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600 + 3600))
-    tight = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 100})})
-    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((5400, 6000 + 3600))
+    tight = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 80})})
+    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((4800, 4800 + 3600))
+    assert "as early as 80 min" in make_plan(tight).timeline.of("benchmark").basis
 
 
 def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
     t = make_plan(glm).timeline
     expected, worst = t.of("benchmark").usd(t.usd_per_hour)
-    assert expected == pytest.approx(5400 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
+    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
     assert t.of("weights").usd(None) == (None, None)
     plan = make_plan(glm)
     assert plan.cost.usd_per_run == pytest.approx(t.expected_s / 3600 * 4 * 63.296, abs=0.01)
 
 
 def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
-    assert make_plan(glm).timeline.warnings == ()                     # 2.1 h expected, 14.2 h at most, 48 h held
-    short = glm.model_copy(update={"expected_run_hours": 2.0})
-    assert any("expected_run_hours = 2" in w for w in make_plan(short).warnings)
+    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 14.2 h at most, 48 h held
+    short = glm.model_copy(update={"expected_run_hours": 5.0})
+    assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
     exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
     assert not any("expected_run_hours" in w for w in make_plan(exact).warnings)   # equal is not more
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 14, "max_upfront_usd": 5000})
@@ -129,9 +131,9 @@ def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
 def test_the_plan_prints_the_timeline_with_its_sources_and_json_carries_it(glm):
     plan = make_plan(glm)
     text = render(plan)
-    assert "Timeline on AWS (projected)" in text and "benchmark  1.5 h     5.5 h" in text
+    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     5.5 h" in text
     assert "s5cmd#636" in text and "assumed: no published p5en figure" in text
-    assert "projected run 2.1 h" in text and "expected run 6 h" not in text
+    assert "projected run 5.1 h" in text and "expected run 6 h" not in text
     doc = plan.to_dict()
     assert [s["stage"] for s in doc["timeline"]["stages"]] == ["reserve", "launch", "fabric", "weights", "deploy",
                                                                "benchmark"]
