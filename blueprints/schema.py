@@ -312,6 +312,8 @@ class SequentialSpec(Frozen):
     rounds: Annotated[int, Field(ge=2, le=64)] = 6
     # rho of the alpha spending function alpha * t^rho: higher spends less early.
     spending: Annotated[float, Field(ge=0.5, le=6)] = 2.0
+    # rounds: round 1 of every point, then round 2...; points: each point until it is decided.
+    order: Literal["rounds", "points"] = "points"
 
 
 class BenchmarkSpec(Frozen):

@@ -308,8 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the latency model's spread (see _body_sigma)")
     parser.add_argument("--rounds", type=int, help="sequential: looks per point (default: the blueprint's)")
     parser.add_argument("--spending", type=float, help="sequential: rho of the spending function")
+    parser.add_argument("--order", choices=("rounds", "points"), help="sequential: the order of the rounds")
     args = parser.parse_args(argv)
-    set_noise(args.noise, {k: v for k, v in (("rounds", args.rounds), ("spending", args.spending)) if v is not None})
+    set_noise(args.noise, {k: v for k, v in (("rounds", args.rounds), ("spending", args.spending),
+                                             ("order", args.order)) if v is not None})
     if args.sequential:
         print_sequential(simulate_sequential(args.cases, args.draws, args.seed, args.workers, args.critical_only),
                          args.draws)

@@ -25,6 +25,10 @@ decide; most of alpha is left for the late looks, where the samples are.
 A point stops when every gated check on it is PASS or FAIL (from its second round on), at its
 cap (K rounds), when ``benchmark.budget_minutes`` would be exceeded by its next round, or when a
 critical check anywhere FAILs (the whole benchmark stops: the candidate is rolled back sooner).
+By default (``order: points``) each point runs until it stops, in the blueprint's order, so the
+points listed first (the most requests per minute: high concurrency, short prompts) decide
+first and a clear FAIL ends the benchmark early; ``order: rounds`` runs round 1 of every point,
+then round 2, spreading slow drift over the points at the price of later decisions.
 A blueprint without ``benchmark.sequential`` runs its repeats at full length, as before; the
 budget still holds.
 """
@@ -102,16 +106,16 @@ def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, al
 
 @dataclass
 class Schedule:
-    """Which round to run next, and what each one decided. Rounds go outermost (round 1 of every
-    point, then round 2 of those still open), so slow drift spreads over the points."""
+    """Which round to run next, and what each one decided. By default rounds go outermost (round 1
+    of every point, then round 2 of those still open), so slow drift spreads over the points;
+    ``order: points`` runs each point until it is decided, so a clear FAIL ends the benchmark
+    within its first point's second round."""
 
     bench: BenchmarkSpec
     gate: GateSpec
     baseline: Baseline | None
     seed: int = 0
     _order: list[tuple[Scenario, int]] = field(init=False)
-    _queue: list[tuple[Scenario, int]] = field(init=False, default_factory=list)
-    _round: int = field(init=False, default=0)
     _stops: dict[Point, PointStop] = field(init=False, default_factory=dict)
     _rounds: dict[Point, int] = field(init=False, default_factory=dict)
     _load: dict[Point, float] = field(init=False, default_factory=dict)
@@ -150,15 +154,24 @@ class Schedule:
         return Round(scenario, concurrency, index, scenario.duration_s / k, -(-scenario.max_requests // k),
                      scenario.warmup_requests if index == 0 else 0)  # the engines stay warm between rounds
 
+    def _next_point(self) -> tuple[Scenario, int, int] | None:
+        """The open point to measure next and its round index: the first open point until it is
+        decided (``order: points``), else the first of those with the fewest rounds so far."""
+        open_ = [(s, c, self._rounds.get((s.name, c), 0)) for s, c in self._order if (s.name, c) not in self._stops]
+        if not open_:
+            return None
+        if self.bench.sequential is not None and self.bench.sequential.order == "points":
+            return open_[0]
+        fewest = min(k for _, _, k in open_)
+        return next(p for p in open_ if p[2] == fewest) if fewest < self.rounds else None
+
     def next(self) -> Round | None:
         """The next round to measure; None when the benchmark is over."""
-        while not self._queue:
-            if self._round >= self.rounds or len(self._stops) == len(self._order):
-                return None
-            self._round += 1
-            self._queue = [(s, c) for s, c in self._order if (s.name, c) not in self._stops]
-        scenario, concurrency = self._queue[0]
-        rnd = self._round_of(scenario, concurrency, self._round - 1)
+        found = self._next_point()
+        if found is None:
+            return None
+        scenario, concurrency, index = found
+        rnd = self._round_of(scenario, concurrency, index)
         budget = self.bench.budget_minutes
         if budget is not None and self.load_s + rnd.duration_s > budget * 60.0:
             self._stop_open("budget", f"not measured further: its next round ({rnd.duration_s:.0f} s) would take the "
@@ -169,7 +182,6 @@ class Schedule:
     def record(self, rnd: Round, summary: ScenarioSummary, load_s: float) -> Look | None:
         """What the round measured (``summary``: every round of the point so far, pooled)."""
         point = rnd.point
-        self._queue.pop(0)
         k = self._rounds[point] = self._rounds.get(point, 0) + 1
         self._load[point] = self._load.get(point, 0.0) + load_s
         final = k >= self.rounds
@@ -200,7 +212,6 @@ class Schedule:
         for s, c in self._order:
             if (s.name, c) not in self._stops:
                 self._stop((s.name, c), reason, note)
-        self._queue = []
 
     @property
     def stops(self) -> tuple[PointStop, ...]:

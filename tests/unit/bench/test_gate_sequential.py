@@ -192,7 +192,8 @@ def test_a_critical_fail_at_one_point_stops_the_whole_benchmark():
     assert report.outcome is Verdict.FAIL
     assert stops[8].reason == "decided" and stops[16].reason == "stopped"
     assert "FAILed at isl-3k @ concurrency 8" in stops[16].note
-    assert len(ran) == 2 * MIN_ROUNDS - 1           # c=16 ran one round less: it came second in round 2
+    assert len(ran) == MIN_ROUNDS                   # points run until decided: c=16 never started
+    assert stops[16].rounds == 0
 
 
 def test_a_non_critical_fail_decides_its_point_but_never_ends_the_benchmark():
@@ -244,6 +245,23 @@ def test_a_critical_check_fails_only_below_its_looks_boundary():
 
 
 # --- the rounds, the budget ---------------------------------------------------------------------
+
+
+def test_points_run_until_decided_unless_rounds_are_asked_to_go_outermost():
+    rounds = bench(8, 16).model_copy(update={"sequential": SequentialSpec(rounds=ROUNDS, order="rounds")})
+    rounds_first = drive(rounds, gate_spec(TPOT), baseline((8, 16)))[2]
+    assert [(r.concurrency, r.index) for r in rounds_first[:4]] == [(8, 0), (16, 0), (8, 1), (16, 1)]
+    # ... where a FAIL at the first point still ends the benchmark, once the second has had its round.
+    schedule, report, ran = drive(rounds, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.6)
+    assert len(ran) == 2 * MIN_ROUNDS - 1 and report.outcome is Verdict.FAIL
+    spec = bench(8, 16)
+    assert spec.sequential.order == "points"
+    schedule, report, ran = drive(spec, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.0)
+    assert [(r.concurrency, r.index) for r in ran] == [(8, 0), (8, 1), (16, 0), (16, 1)]
+    # A clear FAIL at the first point ends it before the second point starts.
+    schedule, report, ran = drive(spec, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.6)
+    assert [(r.concurrency, r.index) for r in ran] == [(8, 0), (8, 1)] and report.outcome is Verdict.FAIL
+    assert {st.concurrency: st.rounds for st in schedule.stops} == {8: 2, 16: 0}
 
 
 def test_rounds_split_the_cap_and_only_the_first_warms_up():
