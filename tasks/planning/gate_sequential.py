@@ -162,8 +162,8 @@ class Schedule:
             return None
         if self.bench.sequential is not None and self.bench.sequential.order == "points":
             return open_[0]
-        fewest = min(k for _, _, k in open_)
-        return next(p for p in open_ if p[2] == fewest) if fewest < self.rounds else None
+        fewest = min(k for _, _, k in open_)  # a point is stopped at its last round, so fewest < rounds
+        return next(p for p in open_ if p[2] == fewest)
 
     def next(self) -> Round | None:
         """The next round to measure; None when the benchmark is over."""
