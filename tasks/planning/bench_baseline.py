@@ -64,6 +64,10 @@ class Baseline:
     def lookup(self, scenario: str, concurrency: int) -> BaselineEntry | None:
         return self._index.get((scenario, concurrency))
 
+    def covers(self, scenario: str) -> bool:
+        """Whether the baseline has a point, at any concurrency, for ``scenario``."""
+        return any(s == scenario for s, _ in self._index)
+
 
 def baseline_from_spec(spec: BaselineSpec) -> Baseline:
     """The blueprint's published figures as a baseline (no samples)."""

@@ -244,6 +244,18 @@ def test_a_critical_check_fails_only_below_its_looks_boundary():
     assert tpot_row(p / 1.5).verdict is not Verdict.FAIL
 
 
+def test_a_point_the_baseline_does_not_publish_stops_once_its_slos_are_decided():
+    # A published baseline names one concurrency per scenario; the others hold to the SLOs only,
+    # and a look at such a point alone must see it the same way the final report does.
+    gate = gate_spec(TPOT, slo=SloSpec(tpot_ms=100))
+    schedule, report, _ = drive(bench(8, 16), gate, baseline((8,)))
+    stops = {st.concurrency: st for st in schedule.stops}
+    assert stops[16].reason == "decided" and stops[16].rounds == MIN_ROUNDS
+    (ratio,) = [r for r in report.rows if (r.concurrency, r.metric, r.check) == (16, "tpot_mean", "ratio")]
+    assert not ratio.gated and "not compared" in ratio.reason
+    assert report.outcome is Verdict.PASS
+
+
 # --- the rounds, the budget ---------------------------------------------------------------------
 
 
