@@ -96,7 +96,11 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         baseline = baseline_from_spec(bp.baseline)
     else:
         baseline = loads_baseline(Path(args.baseline).read_text())
-    report = bench.judge(bp, summaries, baseline, seed=args.seed, stops=bench.read_stops(args.results))
+    # A sequential benchmark decided its stops with its own seed and family: judge them the same way.
+    sequential = bench.read_sequential(args.results)
+    seed = args.seed if args.seed is not None else int(sequential.get("seed", 0))
+    report = bench.judge(bp, summaries, baseline, seed=seed, stops=bench.read_stops(args.results),
+                         family=sequential.get("family"))
     if args.plot:
         Path(args.plot).write_bytes(plot_png(summaries, baseline, f"{bp.name}: candidate vs baseline"))
     print(json.dumps(report_to_dict(report), indent=1) if args.json else render_markdown(report))
@@ -147,7 +151,8 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     g.add_argument("--blueprint", required=True, help="the blueprint whose gate rules apply")
     g.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
     g.add_argument("--plot", help="also write the TTFT/TPOT plot to this PNG file")
-    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (the verdict is deterministic per seed)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="bootstrap seed (the verdict is deterministic per seed; default: the one the benchmark used, else 0)")
     handlers["gate"] = _cmd_gate
 
     r = sub.add_parser("rollback", help="delete a candidate colour (refused for the colour production routes to)")

@@ -105,7 +105,9 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
     summaries = stage.read_results(measured.results_path)
     with Wiring(bp) as wiring:
         baseline = stage.current_baseline(wiring.state_root, bp)
-    report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops)
+    family = stage.read_sequential(measured.results_path).get("family")
+    report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
+                         family=family)
     report_json = report_to_dict(report)
     png, markdown = stage.write_report(Path(measured.directory), report, report_json, summaries, baseline,
                                        measured.notes, f"{bp.name} {colour} (run {run.run_id})")

@@ -92,7 +92,7 @@ def _how_to_read(report: GateReport) -> list[str]:
         "the baseline (to the SLO for SLO rows), resampling time blocks of as many consecutive requests as "
         "the concurrency (requests that shared batch steps move together; ITL gaps move with their "
         "request). Repeats drift more than requests within a run vary: where a side's repeats disagree "
-        "more than its bootstrap allows, their spread is the noise instead. Throughputs are tested over "
+        "more than its bootstrap allows, their spread is the noise instead (read with Student's t: a few repeats' spread is itself uncertain). Throughputs are tested over "
         "the repeats with a one-sided t test; one run's figure stands as measured, as the error rate does.",
         f"- The {report.critical_tests} critical checks with a p-value are one family: their p-values are "
         "Holm-adjusted (shown as \"Holm\"), so an equal candidate FAILs on any of them with a chance of at "

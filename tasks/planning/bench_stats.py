@@ -10,7 +10,8 @@ bound" and "p < alpha" say the same thing):
   batch steps and so moved together; an ITL gap is resampled with its request. The baseline's
   samples are resampled the same way; a published figure is held fixed. Repeats drift more than
   requests within a run vary, so when a side's per-repeat statistics spread wider than its
-  bootstrap allows, their spread is its variance instead (random effects, ``_log_variance``).
+  bootstrap allows, their spread is its variance instead (random effects, ``_log_variance``),
+  with Student's t at their degrees of freedom (Welch-Satterthwaite over the two sides).
   The decision uses the standard error of log(ratio), a normal interval on the log scale, which
   gives continuous p-values (a percentile count would floor them at 1/(B+1), too coarse for Holm).
 - A run-level figure (a throughput) measured once per repeat: a one-sided Student t test of the
@@ -125,9 +126,15 @@ class RatioTest:
     ratio: float
     se_log: float                   # bootstrap standard error of log(ratio); 0 when nothing varies
     method: str
+    # Degrees of freedom when a side's variance is its repeats' spread (few repeats: Student's t,
+    # Welch-Satterthwaite over the sides); None: the bootstrap's, a normal interval.
+    df: float | None = None
+
+    def _quantile(self, confidence: float) -> float:
+        return normal_quantile(confidence) if self.df is None else t_quantile(confidence, self.df)
 
     def bounds(self, confidence: float) -> tuple[float, float]:
-        z = normal_quantile(confidence) * self.se_log
+        z = self._quantile(confidence) * self.se_log
         return self.ratio * math.exp(-z), self.ratio * math.exp(z)
 
     def p_beyond(self, limit: float, higher_is_worse: bool) -> float:
@@ -138,13 +145,25 @@ class RatioTest:
         distance = distance if higher_is_worse else -distance
         if self.se_log == 0:
             return 0.0 if distance > 0 else 1.0
-        return normal_sf(distance / self.se_log)
+        z = distance / self.se_log
+        return normal_sf(z) if self.df is None else t_sf(z, self.df)
 
 
-def _log_variance(replicates: np.ndarray, repeats: Sequence[float]) -> tuple[float, bool] | None:
+def _satterthwaite(*sides: tuple[float, float | None]) -> float | None:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, df or None
+    for a bootstrap's, taken as exact); None when every side is a bootstrap's."""
+    if all(df is None for _, df in sides):
+        return None
+    total = sum(v for v, _ in sides)
+    spread = sum(v * v / df for v, df in sides if df is not None)
+    return total * total / spread if spread > 0 else None
+
+
+def _log_variance(replicates: np.ndarray, repeats: Sequence[float]) -> tuple[float, float | None] | None:
     """The variance of one side's log statistic: its bootstrap's, or, when the repeats disagree
     more than that allows, the repeats' own spread (DerSimonian-Laird random effects with equal
-    within-repeat variances: var = max(V, s^2 / k)). True when the repeats' spread won."""
+    within-repeat variances: var = max(V, s^2 / k)). With it, the degrees of freedom: k - 1 when
+    the repeats' spread won (s^2 from k values is itself noisy), None for the bootstrap's."""
     logs = np.log(replicates)
     logs = logs[np.isfinite(logs)]
     if len(logs) < 0.9 * len(replicates):
@@ -152,9 +171,9 @@ def _log_variance(replicates: np.ndarray, repeats: Sequence[float]) -> tuple[flo
     within = float(np.var(logs, ddof=1)) if len(logs) > 1 else 0.0
     per_repeat = [math.log(r) for r in repeats if r > 0 and math.isfinite(r)]
     if len(per_repeat) < 2 or len(per_repeat) < len(repeats):
-        return within, False
+        return within, None
     between = float(np.var(per_repeat, ddof=1)) / len(per_repeat)
-    return (between, True) if between > within else (within, False)
+    return (between, float(len(per_repeat) - 1)) if between > within else (within, None)
 
 
 def bootstrap_ratio(candidate: Blocks, baseline: Blocks | float, stat: str, seed: int,
@@ -179,17 +198,19 @@ def bootstrap_ratio(candidate: Blocks, baseline: Blocks | float, stat: str, seed
         return None
     rng = np.random.default_rng(seed)
     cand = _log_variance(candidate.replicates(stat, rng, resamples), candidate_repeats)
-    base = (0.0, False) if fixed else _log_variance(baseline.replicates(stat, rng, resamples),  # type: ignore
-                                                    baseline_repeats)
+    base = (0.0, None) if fixed else _log_variance(baseline.replicates(stat, rng, resamples),  # type: ignore
+                                                   baseline_repeats)
     if cand is None or base is None:
         return None
     side = "a published figure" if fixed else "the baseline's samples, resampled the same way"
     method = (f"bootstrap of the {stat} ratio over {candidate.n_blocks} time blocks of {candidate.block} "
               f"request(s), against {side}")
-    drifted = [who for who, (_, won) in (("candidate", cand), ("baseline", base)) if won]
+    drifted = [who for who, (_, df) in (("candidate", cand), ("baseline", base)) if df is not None]
+    df = _satterthwaite(cand, base)
     if drifted:
-        method += f"; the {' and '.join(drifted)}'s repeats spread wider, so their spread is used"
-    return RatioTest(cand_stat / base_stat, math.sqrt(cand[0] + base[0]), method)
+        method += (f"; the {' and '.join(drifted)}'s repeats spread wider, so their spread is used "
+                   f"(Student's t, {df:.3g} df)")
+    return RatioTest(cand_stat / base_stat, math.sqrt(cand[0] + base[0]), method, df)
 
 
 # --- repeats: Student's t ------------------------------------------------------------------------

@@ -29,7 +29,8 @@ method for the statistic it is about (``tasks.planning.bench_stats``):
     shared batch steps; ITL gaps travel with their request), against the baseline's samples
     resampled the same way or a published figure held fixed; p from the standard error of
     log(ratio). Repeats drift more than requests within a run vary: a side whose per-repeat
-    figures spread wider than its bootstrap allows takes their spread (random effects);
+    figures spread wider than its bootstrap allows takes their spread (random effects), read
+    with Student's t at the repeats' degrees of freedom;
   * a run-level figure (throughputs, goodput) with two or more repeats: a one-sided t test of
     the repeats' ratios; a single run has no noise estimate, and its figure stands, as the error
     rate's does.
@@ -52,7 +53,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from blueprints.schema import BenchmarkSpec, GateRule, GateSpec
 from tasks.planning.bench_baseline import Baseline, BaselineEntry
@@ -131,6 +132,7 @@ class Looks:
     alpha: Mapping[tuple[str, int], float]      # (scenario, concurrency) -> nominal level at its stop
     critical: Mapping[tuple[str, int], float]   # the same for its critical checks
     family: int
+    blocked: Mapping[tuple[str, int], str] = field(default_factory=dict)   # points not to judge, and why
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,8 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
                 f"≤ {g.max_error_rate:.2%} of requests", Verdict.FAIL if errors_bad else Verdict.PASS,
                 f"{s.failed} of {s.requests} requests failed ({s.error_rate:.2%})", critical=True,
                 repeats=tuple(r.error_rate for r in s.repeats))]
-    blockers = []
+    blockers = [ctx.looks.blocked[(s.scenario, s.concurrency)]] \
+        if ctx.looks is not None and (s.scenario, s.concurrency) in ctx.looks.blocked else []
     few = s.completed < g.min_samples
     if few:
         blockers.append(f"only {s.completed} completed requests (< min_samples {g.min_samples})")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from blueprints.schema import BenchmarkSpec, GateSpec, Scenario
 from tasks.planning.bench_baseline import Baseline
 from tasks.planning.gate import GateReport, Looks, PointStop, Verdict, evaluate_gate, expected_points
+from tasks.planning.bench_stats import betainc
 from tasks.planning.group_sequential import nominal_levels
 from tasks.planning.metrics import ScenarioSummary
 
@@ -62,6 +63,17 @@ def critical_family(bench: BenchmarkSpec, gate: GateSpec, baseline: Baseline | N
     points = expected_points(bench)
     covered = sum(1 for s, c in points if baseline is not None and baseline.lookup(s, c) is not None)
     return max(1, len(points) * slos + covered * bounds)
+
+
+def looks_of(stops: tuple[PointStop, ...], family: int) -> Looks:
+    """The levels each point is judged at, from how it stopped; a point measured for fewer than
+    ``MIN_ROUNDS`` rounds (the budget or a FAIL elsewhere cut it) is not judged: one round has no
+    spread between rounds."""
+    measured = [st for st in stops if st.rounds]
+    short = {(st.scenario, st.concurrency): f"only {st.rounds} round measured (a sequential point is judged "
+                                             f"from round {MIN_ROUNDS} on)" for st in measured if st.rounds < MIN_ROUNDS}
+    return Looks({(st.scenario, st.concurrency): st.alpha for st in measured},
+                 {(st.scenario, st.concurrency): st.alpha_critical for st in measured}, family, short)
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,16 @@ class Look:
     report: GateReport
 
 
+def errors_beyond(failed: int, requests: int, ceiling: float) -> float:
+    """P(at least ``failed`` errors in ``requests``) for a true error rate at the ceiling
+    (binomial upper tail, I_p(k, n - k + 1)): the p-value of "the rate is above the ceiling"."""
+    if failed <= 0:
+        return 1.0
+    if ceiling <= 0:
+        return 0.0
+    return betainc(failed, requests - failed + 1, ceiling)
+
+
 def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, alpha: float, critical: float,
          family: int, seed: int, final: bool) -> Look:
     """Judge one point on its rounds so far at this look's nominal levels."""
@@ -94,10 +116,15 @@ def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, al
     report = evaluate_gate([summary], baseline, gate, seed=seed,
                            looks=Looks({point: alpha}, {point: critical}, family))
     gated = [r for r in report.rows if r.gated and r.verdict is not None]
+    errors_clear = errors_beyond(summary.failed, summary.requests, gate.max_error_rate) < critical
 
     def settled(r) -> bool:
-        # A figure without a noise estimate "stands" only when no more rounds will come.
+        # A figure without a noise estimate "stands" only when no more rounds will come; an error
+        # rate over the ceiling is a fact at the end, and before it only when the ceiling is
+        # exceeded beyond chance at this look's level (the rate of a partial run wanders).
         stands = r.check in ("slo", "ratio") and r.p_value is None and r.verdict is not Verdict.INCONCLUSIVE
+        if r.check == "errors" and r.verdict is Verdict.FAIL and not final:
+            return errors_clear
         return r.verdict in (Verdict.PASS, Verdict.FAIL) and (final or not stands)
 
     failed = any(r.verdict is Verdict.FAIL and r.critical and settled(r) for r in gated)
@@ -106,10 +133,10 @@ def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, al
 
 @dataclass
 class Schedule:
-    """Which round to run next, and what each one decided. By default rounds go outermost (round 1
-    of every point, then round 2 of those still open), so slow drift spreads over the points;
-    ``order: points`` runs each point until it is decided, so a clear FAIL ends the benchmark
-    within its first point's second round."""
+    """Which round to run next, and what each one decided. By default (``order: points``) each
+    point runs until it is decided, so a clear FAIL ends the benchmark at the first point that
+    shows it; ``order: rounds`` goes round 1 of every point, then round 2 of those still open,
+    spreading slow drift over the points. Without ``benchmark.sequential``, repeats outermost."""
 
     bench: BenchmarkSpec
     gate: GateSpec
@@ -224,5 +251,4 @@ class Schedule:
     def looks(self) -> Looks | None:
         if not self.sequential:
             return None
-        return Looks({p: a for p, (a, _) in self._alpha.items()}, {p: c for p, (_, c) in self._alpha.items()},
-                     self.family)
+        return looks_of(self.stops, self.family)

@@ -33,8 +33,8 @@ from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_r
                                           loads_results)
 from tasks.planning.bench_report import render_markdown
 from tasks.errors import ConfigError
-from tasks.planning.gate import GateReport, Looks, PointStop, evaluate_gate, expected_points
-from tasks.planning.gate_sequential import Round, Schedule, critical_family
+from tasks.planning.gate import GateReport, PointStop, evaluate_gate, expected_points
+from tasks.planning.gate_sequential import Round, Schedule, critical_family, looks_of
 from tasks.planning.metrics import ScenarioSummary, metric_value, summarize
 from tasks.planning.server_figures import UNITS, ServerFigures, pool
 from tasks.stages.benchmark_plot import plot_png
@@ -137,8 +137,10 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
         progress(most, most, None)
     summaries = [_summary(bp, scenario, concurrency, runs) for (scenario, concurrency), runs in results.items()]
     results_path = directory / "results.json"
+    sequential = {"seed": seed, "family": schedule.family} if schedule.sequential else None
     write_atomic(results_path, dumps_results(summaries, run_id=run_id, blueprint=bp.name,
-                                             extra={"stops": [asdict(st) for st in schedule.stops]}))
+                                             extra={"stops": [asdict(st) for st in schedule.stops],
+                                                    "sequential": sequential}))
     return BenchmarkRun(target, str(directory), str(results_path), tuple(notes), schedule.stops)
 
 
@@ -165,6 +167,14 @@ def read_results(path: str | Path) -> list[ScenarioSummary]:
     return loads_results(Path(path).read_text())
 
 
+def read_sequential(path: str | Path) -> dict:
+    """The seed and the critical family a sequential benchmark judged its looks with ({} if none)."""
+    try:
+        return dict(json.loads(Path(path).read_text()).get("sequential") or {})
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: its sequential settings are malformed ({e}); run the benchmark again") from e
+
+
 def read_stops(path: str | Path) -> tuple[PointStop, ...]:
     """How each point ended, as the benchmark wrote it beside its results (none before this version)."""
     try:
@@ -182,14 +192,11 @@ def current_baseline(state_dir: Path, bp: Blueprint) -> Baseline:
 
 
 def judge(bp: Blueprint, summaries: list[ScenarioSummary], baseline: Baseline, seed: int = 0,
-          stops: tuple[PointStop, ...] = ()) -> GateReport:
+          stops: tuple[PointStop, ...] = (), family: int | None = None) -> GateReport:
     """The gate's verdict; a sequential benchmark's points at the level of the look where each stopped."""
     looks = None
-    if bp.benchmark.sequential is not None:
-        measured = [st for st in stops if st.rounds]
-        looks = Looks({(st.scenario, st.concurrency): st.alpha for st in measured},
-                      {(st.scenario, st.concurrency): st.alpha_critical for st in measured},
-                      critical_family(bp.benchmark, bp.gate, baseline))
+    if bp.benchmark.sequential is not None and stops:  # results without stops were measured at full length
+        looks = looks_of(stops, family or critical_family(bp.benchmark, bp.gate, baseline))
     return evaluate_gate(summaries, baseline, bp.gate, expected=expected_points(bp.benchmark), seed=seed,
                          looks=looks, stops=stops)
 

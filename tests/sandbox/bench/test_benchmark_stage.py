@@ -90,3 +90,29 @@ def test_a_recorded_baseline_wins_over_the_blueprint_figures(bp, tmp_path):
     assert path == bench.baseline_path(tmp_path, bp.name)
     baseline = bench.current_baseline(tmp_path, bp)
     assert baseline.run_id == "r4" and baseline.lookup("isl-3k", 8).completed == 60
+
+
+def test_a_sequential_benchmark_writes_its_stops_seed_and_family_beside_the_results(bp, tmp_path):
+    from blueprints.schema import SequentialSpec
+    from tasks.planning.bench_baseline import baseline_from_spec
+
+    seq = bp.model_copy(update={"benchmark": bp.benchmark.model_copy(update={
+        "repeats": 1, "sequential": SequentialSpec(rounds=3)})})
+    load = fake_load()
+    run = bench.run_benchmark(seq, "http://10.0.0.5:8080", tmp_path, "r5", load=load,
+                              baseline=baseline_from_spec(seq.baseline), seed=77)
+    assert bench.read_sequential(run.results_path) == {"seed": 77, "family": run_family(seq)}
+    stops = bench.read_stops(run.results_path)
+    assert stops == run.stops and {(s.scenario, s.concurrency) for s in stops} == {
+        (s.name, c) for s in seq.benchmark.scenarios for c in s.concurrencies}
+    assert {s.repeat for s in load.seen} <= {0, 1, 2} and all(s.duration_s < 10 for s in load.seen)
+    # A fixed benchmark writes no sequential settings.
+    fixed = bench.run_benchmark(bp, "http://10.0.0.5:8080", tmp_path / "fixed", "r6", load=fake_load())
+    assert bench.read_sequential(fixed.results_path) == {} and bench.read_stops(fixed.results_path) == ()
+
+
+def run_family(bp):
+    from tasks.planning.bench_baseline import baseline_from_spec
+    from tasks.planning.gate_sequential import critical_family
+
+    return critical_family(bp.benchmark, bp.gate, baseline_from_spec(bp.baseline))

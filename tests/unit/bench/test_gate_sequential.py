@@ -65,6 +65,7 @@ def drive(spec, gate, base, scale=lambda rnd: 1.0, seed=1, outlier=lambda rnd: 1
                            SloSpec(), scenario=p[0], concurrency=p[1]) for p, got in recs.items()]
     report = evaluate_gate(summaries, base, gate, expected=expected_points(spec), seed=0,
                            looks=schedule.looks, stops=schedule.stops)
+    drive.summaries = summaries          # the last drive's, for the replay test
     return schedule, report, ran
 
 
@@ -229,7 +230,7 @@ def test_critical_checks_spend_alpha_split_over_the_family_and_the_others_alpha_
 
 def test_a_critical_check_fails_only_below_its_looks_boundary():
     gate = gate_spec(TPOT)
-    candidate = run(60, seed=8, spread=0.3, tpot_ms=14.5, repeats=2)
+    candidate = run(120, seed=8, spread=0.3, tpot_ms=14.5)
     base = baseline()
 
     def tpot_row(critical_level):
@@ -263,17 +264,22 @@ def test_points_run_until_decided_unless_rounds_are_asked_to_go_outermost():
     rounds = bench(8, 16).model_copy(update={"sequential": SequentialSpec(rounds=ROUNDS, order="rounds")})
     rounds_first = drive(rounds, gate_spec(TPOT), baseline((8, 16)))[2]
     assert [(r.concurrency, r.index) for r in rounds_first[:4]] == [(8, 0), (16, 0), (8, 1), (16, 1)]
-    # ... where a FAIL at the first point still ends the benchmark, once the second has had its round.
+    # ... where a FAIL at the first point still ends the benchmark: c=16 never gets that round.
     schedule, report, ran = drive(rounds, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.6)
-    assert len(ran) == 2 * MIN_ROUNDS - 1 and report.outcome is Verdict.FAIL
+    stops = {st.concurrency: st for st in schedule.stops}
+    assert report.outcome is Verdict.FAIL and ran[-1].concurrency == 8
+    assert stops[16].rounds == stops[8].rounds - 1 and stops[16].reason == "stopped"
     spec = bench(8, 16)
     assert spec.sequential.order == "points"
     schedule, report, ran = drive(spec, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.0)
-    assert [(r.concurrency, r.index) for r in ran] == [(8, 0), (8, 1), (16, 0), (16, 1)]
+    order = [(r.concurrency, r.index) for r in ran]
+    eights = [o for o in order if o[0] == 8]
+    assert order[:len(eights)] == [(8, k) for k in range(len(eights))] and len(eights) >= MIN_ROUNDS
+    assert order[len(eights):] == [(16, k) for k in range(len(order) - len(eights))]
     # A clear FAIL at the first point ends it before the second point starts.
     schedule, report, ran = drive(spec, gate_spec(TPOT), baseline((8, 16)), scale=lambda rnd: 1.6)
-    assert [(r.concurrency, r.index) for r in ran] == [(8, 0), (8, 1)] and report.outcome is Verdict.FAIL
-    assert {st.concurrency: st.rounds for st in schedule.stops} == {8: 2, 16: 0}
+    assert {r.concurrency for r in ran} == {8} and report.outcome is Verdict.FAIL
+    assert {st.concurrency: st.rounds for st in schedule.stops}[16] == 0
 
 
 def test_rounds_split_the_cap_and_only_the_first_warms_up():
@@ -344,3 +350,63 @@ def test_the_report_shows_how_each_point_was_decided():
     assert "| isl-3k | 8 | 2 | 200 s | a critical check FAILed at round 2 |" in text
     assert "tpot_mean [" in text and "This benchmark was sequential" in text
     assert f"split it over all {report.critical_tests} the benchmark could make" in text and report.critical_tests == 2
+
+
+# --- what the review found: few rounds, errors, replay --------------------------------------------
+
+
+def test_a_variance_from_few_repeats_is_read_with_students_t():
+    from tasks.planning.bench_stats import RatioTest, _satterthwaite, normal_quantile, t_quantile
+
+    assert _satterthwaite((0.01, None), (0.0, None)) is None                    # bootstraps only: normal
+    assert _satterthwaite((0.01, 2.0), (0.0, None)) == pytest.approx(2.0)       # one side's 3 repeats
+    assert _satterthwaite((0.01, 2.0), (0.01, 2.0)) == pytest.approx(4.0)       # Welch-Satterthwaite
+    wide, narrow = RatioTest(1.0, 0.1, "m", df=2.0), RatioTest(1.0, 0.1, "m")
+    assert wide.bounds(0.95)[1] == pytest.approx(math.exp(t_quantile(0.95, 2.0) * 0.1))
+    assert narrow.bounds(0.95)[1] == pytest.approx(math.exp(normal_quantile(0.95) * 0.1))
+    assert wide.p_beyond(0.8, True) > narrow.p_beyond(0.8, True)
+
+
+def test_a_point_cut_after_one_round_is_not_judged():
+    spec = bench(budget=150 / 60)                                     # one 100 s round fits, a second does not
+    schedule = Schedule(spec, gate_spec(TPOT), baseline(), seed=0)
+    rnd = schedule.next()
+    summary = summarize(round_records(rnd, 2.0, 1), {0: 100.0}, SloSpec(), scenario="isl-3k", concurrency=8)
+    schedule.record(rnd, summary, 100.0)
+    assert schedule.next() is None
+    report = evaluate_gate([summary], baseline(), gate_spec(TPOT), looks=schedule.looks, stops=schedule.stops)
+    (tpot,) = [r for r in report.rows if r.metric == "tpot_mean" and r.check == "ratio"]
+    assert tpot.verdict is Verdict.INCONCLUSIVE and "only 1 round measured" in tpot.reason
+    assert report.outcome is Verdict.INCONCLUSIVE                       # twice as slow, but one round
+
+
+def test_errors_over_the_ceiling_end_a_point_early_only_beyond_chance():
+    from tasks.planning.gate_sequential import errors_beyond
+
+    assert errors_beyond(0, 1000, 0.01) == 1.0 and errors_beyond(1, 10, 0.0) == 0.0
+    assert errors_beyond(12, 1000, 0.01) > 0.2                          # 1.2%: could be a 1% rate's luck
+    assert errors_beyond(60, 1000, 0.01) < 1e-10
+    gate = gate_spec(TPOT, max_error_rate=0.01)
+    rnd = Schedule(bench(), gate, baseline()).next()
+    ok = round_records(rnd, 1.0, 1, n=200)
+    for errors, early in ((3, False), (40, True)):                      # 1.5% and 20%
+        records = [record(0, 0, 0, error="HTTP 500", send_ts=float(i), repeat=0) for i in range(errors)] + ok
+        summary = summarize(records, {0: 100.0, 1: 100.0}, SloSpec(), scenario="isl-3k", concurrency=8)
+        seen = look(summary, baseline(), gate, 0.01, 0.005, 1, 0, final=False)
+        assert seen.failed is early
+        assert look(summary, baseline(), gate, 0.01, 0.005, 1, 0, final=True).failed   # a fact at the end
+
+
+def test_the_stage_replays_the_schedules_verdict_and_a_run_without_stops_is_judged_at_full_length(tmp_path):
+    from tasks.stages import benchmark as stage
+
+    schedule, report, _ = drive(bench(8, 16), gate_spec(TPOT), baseline((8, 16)),
+                                scale=lambda rnd: 1.6 if rnd.concurrency == 16 else 1.0)
+    bp = load_blueprint(Path(__file__).resolve().parents[3] / "blueprints" / "sandbox-2p2d.yaml")
+    bp = bp.model_copy(update={"benchmark": bench(8, 16), "gate": gate_spec(TPOT)})
+    replay = stage.judge(bp, drive.summaries, baseline((8, 16)), seed=0, stops=schedule.stops, family=schedule.family)
+    assert replay.rows == report.rows and replay.outcome is report.outcome is Verdict.FAIL
+    assert replay.critical_tests == schedule.family
+    # A sequential blueprint's results that carry no stops were measured at full length: Holm, not level 0.
+    slow = run(300, seed=9, tpot_ms=18.0, concurrency=8)
+    assert stage.judge(bp, [slow], baseline((8, 16))).outcome is Verdict.FAIL
