@@ -46,8 +46,8 @@ def test_a_30_percent_tpot_regression_stops_the_sequential_benchmark_early_with_
     assert fixed.outcome is Verdict.FAIL and seq.outcome is Verdict.FAIL
     (stop,) = seq_run.stops
     assert stop.reason == "decided" and MIN_ROUNDS <= stop.rounds < 6, stop
-    fixed_load = sum(n.requests for n in fixed_run.notes)
-    assert sum(n.requests for n in seq_run.notes) < fixed_load / 2
+    # Load, not request counts: the engines' pace differs from run to run on a shared machine.
     assert stop.load_s < 24 / 2 and seq_wall < fixed_wall
+    assert len(seq_run.notes) == stop.rounds and len(fixed_run.notes) == 1
     print(f"sequential: FAIL after {stop.rounds} rounds, {stop.load_s:.1f} s of load, {seq_wall:.1f} s wall; "
           f"fixed: {fixed.outcome.value} after {fixed_wall:.1f} s wall")
