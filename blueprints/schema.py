@@ -348,6 +348,15 @@ class PromotionSpec(Frozen):
     keep_previous_colour_s: Annotated[int, Field(ge=0, le=86400)] = 0
 
 
+class StateSpec(Frozen):
+    """Where run state lives (the ledger, leases, benchmark and fabric records, baselines, persisted
+    results): an S3 prefix every worker can reach, or (unset) PDLIFT_STATE_DIR / ./.pdlift on the
+    worker. PDLIFT_STATE_URI, where set, overrides it (tasks/wiring.py)."""
+
+    uri: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
+                            description="s3://bucket/prefix of the shared state store")
+
+
 class SandboxSpec(Frozen):
     """Only in sandbox blueprints: where the local stand-ins listen."""
 
@@ -371,6 +380,7 @@ class Blueprint(Frozen):
     baseline: BaselineSpec
     gate: GateSpec
     promotion: PromotionSpec = PromotionSpec()
+    state: StateSpec = StateSpec()
     expected_run_hours: PositiveFloat = Field(
         default=6.0, description="The target wall time of one migration run: `pdlift plan` warns when its "
                                  "projection (tasks/planning/timeline.py) is longer."

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from cli.common import add_run_id, print_record, resolve_run_id
+from cli.server import ensure_api
 
 EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
@@ -60,6 +61,8 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     print(f"benchmarking {bp.name} at {url} (run {run_id})", file=sys.stderr)
     wiring = Wiring(bp)
     # A sequential benchmark judges as it goes: against the baseline `pdlift gate` defaults to.
+    if bp.benchmark.sequential:
+        wiring.state.pull(bench.baseline_key(bp.name))
     baseline = bench.current_baseline(wiring.state_root, bp) if bp.benchmark.sequential else None
     run = bench.run_benchmark(bp, url, bench.bench_dir(wiring.state_root, bp.name, run_id), run_id, wiring.load,
                               progress=_progress, baseline=baseline, seed=0)
@@ -79,6 +82,8 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     print(f"results: {run.results_path}")
     if args.save_baseline:
         path = record_baseline(wiring.state_root, bp, summaries, run_id, args.colour or "production")
+        wiring.state.push(bench.baseline_key(bp.name))
+        wiring.state.push(bench.baseline_key(bp.name).removesuffix(".json"))
         print(f"baseline: {path}")
     return 0
 
@@ -111,6 +116,7 @@ def _cmd_benchmark_gate(args: argparse.Namespace) -> int:
     from flows.benchmark import benchmark_flow
 
     run_id = resolve_run_id(args.blueprint, args.run_id)
+    ensure_api()
     print_record(run_id, benchmark_flow(args.blueprint, run_id, colour=args.colour, target=args.target))
     return 0
 

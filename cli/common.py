@@ -1,4 +1,5 @@
-"""What the stage commands share: the --run-id option and how a stage's record is printed."""
+"""What the stage commands share: the --run-id option, how a stage's record is printed, and the check
+that a Prefect API answers before a flow runs (``cli/server.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Callable
 
 from blueprints.loader import load_blueprint
+from cli.server import ensure_api
 from tasks.planning import records
 from tasks.runs import run_id_of
 
@@ -20,6 +22,14 @@ def add_run_id(p: argparse.ArgumentParser, help_text: str | None = None) -> None
 def resolve_run_id(blueprint_path: str, run_id: str | None) -> str:
     """The run a command works on; reads the blueprint first, so bad input fails before any flow starts."""
     return run_id_of(load_blueprint(blueprint_path), run_id)
+
+
+def before_flow(blueprint_path: str | None = None) -> None:
+    """What every command that runs a flow does first: read the blueprint (bad input: exit 2), then
+    make sure a Prefect API answers (none: one line, exit 1), before any flow code runs."""
+    if blueprint_path is not None:
+        load_blueprint(blueprint_path)
+    ensure_api()
 
 
 def print_record(run_id: str, record: object) -> None:
@@ -36,7 +46,9 @@ def stage_command(sub: argparse._SubParsersAction, handlers: dict, name: str, he
 
     def run(args: argparse.Namespace) -> int:
         run_id = resolve_run_id(args.blueprint, args.run_id)
-        print_record(run_id, stage_flow()(args.blueprint, run_id))
+        flow = stage_flow()
+        ensure_api()
+        print_record(run_id, flow(args.blueprint, run_id))
         return 0
 
     handlers[name] = run

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cli.common import add_run_id, print_record
+from cli.server import ensure_api
 from tasks.runs import run_id_of
 
 
@@ -22,6 +23,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     from flows.deploy import deploy_flow
 
     run_id = run_id_of(bp, args.run_id)
+    ensure_api()
     print_record(run_id, deploy_flow(args.blueprint, run_id, colour=args.colour,
                                      rollback_on_failure=args.rollback_on_failure))
     return 0

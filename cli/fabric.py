@@ -11,6 +11,7 @@ import json
 import sys
 
 from cli.common import add_run_id, print_record, resolve_run_id
+from cli.server import ensure_api
 from tasks.errors import ConfigError
 
 KINDS = ("nccl", "pingpong", "fi_info", "nvidia_smi")
@@ -20,6 +21,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from flows.fabric import fabric_flow
 
     run_id = resolve_run_id(args.blueprint, args.run_id)
+    ensure_api()
     print_record(run_id, fabric_flow(args.blueprint, run_id))
     return 0
 

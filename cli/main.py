@@ -1,7 +1,8 @@
 """The `pdlift` command line. Each subcommand is a thin layer over planning or a flow (``cli/<stage>.py``).
 
 Exit codes: 0 success, 1 a stage failed or was refused (message on stderr), 2 bad input
-(blueprint or arguments). Errors pdlift understands print one clear message, never a traceback.
+(blueprint or arguments). Errors pdlift understands print one clear message, never a traceback;
+among them, no Prefect API to run a flow against (``cli/server.py``): one line naming the fix.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import commands
+from cli import commands, server
 from tasks.errors import ConfigError, PdliftError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -41,6 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pdlift {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        line = server.explain(e)  # the Prefect API unreachable, or its temporary server not started
+        if line is None:
+            raise
+        print(f"pdlift {args.command}: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan_flow(args: argparse.Namespace) -> int:
+    from cli.common import before_flow
     from flows.plan import plan_flow
 
+    before_flow(args.blueprint)
     plan_flow(args.blueprint)
     return 0
 

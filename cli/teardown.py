@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from cli.common import add_run_id
+from cli.common import add_run_id, before_flow
 
 
 def _cmd_teardown(args: argparse.Namespace) -> int:
     from flows.teardown import teardown_flow
 
+    before_flow(args.blueprint)
     for line in teardown_flow(args.blueprint, args.run_id):
         print(line)
     return 0
@@ -18,6 +19,7 @@ def _cmd_teardown(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from flows.sweep import sweep_flow
 
+    before_flow()
     result = sweep_flow(args.region, args.apply, args.active_run)
     verb = "released" if args.apply else "would release (dry run; --apply to release)"
     for f in result["stale"]:

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from cli.common import add_run_id
+from cli.common import add_run_id, before_flow
 from tasks.errors import ConfigError
 
 
@@ -59,6 +59,7 @@ def _cmd_stage_weights(args: argparse.Namespace) -> int:
     from tasks.planning.staging_progress import render_bar, throughput_rows
 
     nodes = load_nodes(args.nodes) if args.nodes else None
+    before_flow(args.blueprint)
     bar = _Bar()
     try:
         with weights.progress_listener(bar):

@@ -8,8 +8,9 @@
 
 How the run waits: a run of a deployment is *suspended* (``suspend_flow_run``): its process
 exits and frees the worker, and on resume the flow runs again from the top; the benchmark and
-the gate are cached by (blueprint, colour, run id, deploy generation) with persisted results
-(``tasks.benchmark``), so the replay reuses the measurement and the verdict the person saw. A run without a
+the gate are cached by (deployment, colour, run id, deploy generation) with results persisted in
+the run's state store (``tasks.benchmark``), so the replay, on whichever worker, reuses the
+measurement and the verdict the person saw. A run without a
 deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
 it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
 A suspended run whose timeout passes is failed by Prefect when someone tries to resume it, and
@@ -78,8 +79,8 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
     # The deploy's generation keys the cached measurement and verdict: a replay after a
     # suspension reuses them, the next deploy of the same colour measures afresh.
     generation = deployed.generation if deployed and deployed.colour == colour else ""
-    measured = benchmark.benchmark(run, colour, target, generation)
-    verdict = benchmark.gate(run, colour, measured, generation)
+    measured = benchmark.measure(run, colour, target, generation)
+    verdict = benchmark.judge(run, colour, measured, generation)
     answer = _ask_a_person(run.run_id, bp.promotion.approval_timeout_s, list(verdict.reasons), verdict.report) \
         if verdict.outcome == "INCONCLUSIVE" else (None, "")
     decision = decide(verdict.outcome, *answer)

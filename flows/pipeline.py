@@ -22,9 +22,10 @@ from tasks.runs import Run
 StageFlow = Callable[[Run], StageRecord]
 
 
-def start(blueprint_path: str, run_id: str | None) -> Run:
-    """The run a stage flow works on: the blueprint read once, the ledger as the store has it."""
-    return pipeline_tasks.start_run(blueprint_path, run_id)
+def start(blueprint_path: str, run_id: str | None, hold: bool = True) -> Run:
+    """The run a stage flow works on: the blueprint read once, its lease taken (not by a teardown,
+    which must be able to release a run whatever holds it), the ledger as the store has it."""
+    return pipeline_tasks.start_run(blueprint_path, run_id, hold)
 
 
 def done(run: Run, record: StageRecord) -> StageRecord:

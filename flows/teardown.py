@@ -26,7 +26,7 @@ def teardown_flow(blueprint_path: str, run_id: str | None = None) -> list[str]:
     create_markdown_artifact(markdown="## Teardown\n\n" + "\n".join(f"- {l}" for l in lines),
                              key="teardown-report")
     touched = teardown.mark_released(bp, report)
-    runs = [pipeline.start(blueprint_path, rid) for rid in touched]
+    runs = [pipeline.start(blueprint_path, rid, hold=False) for rid in touched]
     for run in runs:
         pipeline.done(run, TornDown(len(report.released)))
     pipeline_tasks.publish_ledgers(runs)

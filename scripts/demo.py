@@ -120,12 +120,21 @@ def run(cmd: list[str], env: dict[str, str]) -> None:
     subprocess.run(cmd, env=env, cwd=REPO, check=True)
 
 
-def up() -> dict[str, str]:
+def up(postgres: bool = False) -> dict[str, str]:
     run([str(REPO / "scripts" / "sandbox"), "up"], {**os.environ, "PDLIFT_STATE_DIR": str(STATE)})
     env = base_env()
+    if postgres:  # production's shape: the server on PostgreSQL, run state in S3
+        import demo_postgres
+
+        url, seconds = demo_postgres.start(DEMO, REPO, int(os.environ.get("PDLIFT_PG_PORT", "55432")))
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = url
+        env["PDLIFT_STATE_URI"] = demo_postgres.state_uri(env)
+        print(f"demo: PostgreSQL up in {seconds:.1f} s ({url}); run state in {env['PDLIFT_STATE_URI']}")
+    started = time.monotonic()
     start("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PORT),
                              "--analytics-off"], env)
-    wait_for(lambda: http("GET", "/health") is True, f"Prefect server on {UI}", 90)
+    wait_for(lambda: http("GET", "/health") is True, f"Prefect server on {UI}", 400 if postgres else 90)
+    print(f"demo: Prefect server healthy after {time.monotonic() - started:.1f} s")
     subprocess.run([str(BIN / "prefect"), "work-pool", "create", "pdlift", "--type", "process"], env=env,
                    cwd=REPO, capture_output=True)
     run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env)
@@ -177,8 +186,11 @@ def summary(flow_run_id: str, fr: dict) -> None:
 
 
 def down() -> None:
+    import demo_postgres
+
     stop("worker")
     stop("prefect-server")
+    demo_postgres.stop(DEMO)
     subprocess.run([str(REPO / "scripts" / "sandbox"), "down"], env={**os.environ, "PDLIFT_STATE_DIR": str(STATE)},
                    cwd=REPO)
 
@@ -187,12 +199,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--down", action="store_true", help="stop the worker, the Prefect server and the sandbox")
     parser.add_argument("--blueprint", default="blueprints/sandbox-2p2d.yaml")
+    parser.add_argument("--postgres", action="store_true",
+                        help="the Prefect server on PostgreSQL (Debian's, on 127.0.0.1) and run state in the "
+                             "sandbox's S3 (PDLIFT_STATE_URI), as in production")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
     if args.down:
         down()
         return 0
-    up()
+    up(args.postgres)
     flow_run_id = trigger(args.blueprint)
     print(f"demo: migrate started: {UI}/runs/flow-run/{flow_run_id}")
     fr = follow(flow_run_id, args.timeout)

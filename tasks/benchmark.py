@@ -9,7 +9,6 @@ verdict). Promotion and rollback are never cached (``tasks.promote``, ``tasks.de
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                update_progress_artifact)
 from prefect.events import emit_event
 
+from tasks.adapters.prefect_results import StateStoreResults
 from tasks.errors import PdliftError, StackNotReady
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.identity import artifact_key
@@ -30,17 +30,41 @@ from tasks.stages.benchmark_server import ServerMetrics
 from tasks.wiring import Wiring
 
 
-# The persisted results are typed records since this version: a key of its own, so a run
-# suspended by an older pdlift measures again instead of replaying a result it cannot read.
-KEY_VERSION = "v2"
+# The persisted results are typed records since v2, and keyed by the deployment (not the
+# blueprint's path, which differs between working copies) since v3: a run suspended by an older
+# pdlift measures again instead of replaying a result it cannot find or read.
+KEY_VERSION = "v3"
 
 
 def _key(kind: str, parameters: dict) -> str:
     run: Run = parameters["run"]
-    where = hashlib.sha256(str(Path(run.blueprint_path).resolve()).encode()).hexdigest()[:12]
     generation = parameters.get("generation") or ""
-    return (f"pdlift-{KEY_VERSION}-{kind}-{where}-{parameters['colour']}-{run.run_id}"
+    return (f"pdlift-{KEY_VERSION}-{kind}-{run.blueprint.name}-{parameters['colour']}-{run.run_id}"
             + (f"-{generation}" if generation else ""))
+
+
+def measure(run: Run, colour: str, target: str | None, generation: str) -> stage.BenchmarkRun:
+    """The benchmark task with its result persisted in the run's state store (see the docstring)."""
+    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation)
+
+
+def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str) -> GateVerdict:
+    """The gate task with its result persisted in the run's state store."""
+    return gate.with_options(result_storage=_results(run))(run, colour, measured, generation)
+
+
+def _results(run: Run) -> StateStoreResults:
+    return StateStoreResults.over(Wiring(run.blueprint).state, run.blueprint.aws.region)
+
+
+def _bench_folder(wiring: Wiring, run: Run) -> Path:
+    """The run's benchmark folder on this worker, with what the store holds of it."""
+    return wiring.state.pull(stage.bench_key(run.blueprint.name, run.run_id))
+
+
+def _baseline(wiring: Wiring, bp) -> stage.Baseline:
+    wiring.state.pull(stage.baseline_key(bp.name))
+    return stage.current_baseline(wiring.state_root, bp)
 
 
 def ready_url(wiring: Wiring, service: str) -> str:
@@ -57,7 +81,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
     bp, log = run.blueprint, get_run_logger()
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
-        directory, load = stage.bench_dir(wiring.state_root, bp.name, run.run_id), wiring.load
+        directory, load = _bench_folder(wiring, run), wiring.load
         progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
                                                description=f"benchmark of {bp.name} ({colour}) against {url}")
 
@@ -70,10 +94,11 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
 
         server = _server_metrics(wiring, colour, log)
         # A sequential benchmark judges as it goes, against the baseline the gate will use.
-        baseline = stage.current_baseline(wiring.state_root, bp) if bp.benchmark.sequential else None
+        baseline = _baseline(wiring, bp) if bp.benchmark.sequential else None
         measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress,
                                        server=server.around if server else None, baseline=baseline,
                                        seed=zlib.crc32(run.run_id.encode()))
+        wiring.state.push(stage.bench_key(bp.name, run.run_id))
     for stop in measured.stops:
         log.info(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s of load; "
                  f"{stop.note}")
@@ -102,15 +127,19 @@ def _server_metrics(wiring: Wiring, colour: str, log) -> ServerMetrics | None:
 def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = "") -> GateVerdict:
     """Judge, write the report files, publish the artifacts and emit ``pdlift.gate.<outcome>``."""
     bp = run.blueprint
-    summaries = stage.read_results(measured.results_path)
     with Wiring(bp) as wiring:
-        baseline = stage.current_baseline(wiring.state_root, bp)
-    family = stage.read_sequential(measured.results_path).get("family")
-    report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
-                         family=family)
-    report_json = report_to_dict(report)
-    png, markdown = stage.write_report(Path(measured.directory), report, report_json, summaries, baseline,
-                                       measured.notes, f"{bp.name} {colour} (run {run.run_id})")
+        # This worker may not be the one that measured: the folder comes from the store.
+        directory = _bench_folder(wiring, run)
+        results_path = directory / "results.json"
+        summaries = stage.read_results(results_path)
+        baseline = _baseline(wiring, bp)
+        family = stage.read_sequential(results_path).get("family")
+        report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
+                             family=family)
+        report_json = report_to_dict(report)
+        png, markdown = stage.write_report(directory, report, report_json, summaries, baseline,
+                                           measured.notes, f"{bp.name} {colour} (run {run.run_id})")
+        wiring.state.push(stage.bench_key(bp.name, run.run_id))
     create_markdown_artifact(markdown=markdown, key=artifact_key("gate", bp.name),
                              description=f"promotion gate of {bp.name} {colour}: {report.outcome.value}")
     for scenario in report.scenarios:
@@ -121,4 +150,4 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
                payload={**report_json, "run_id": run.run_id, "colour": colour})
     get_run_logger().info(f"gate {report.outcome.value}: " + "; ".join(report.reasons[:5]))
     return GateVerdict(report.outcome.value, tuple(report.reasons), str(png),
-                       str(Path(measured.directory) / "gate.json"), measured.results_path)
+                       str(directory / "gate.json"), str(results_path))

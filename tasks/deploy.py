@@ -44,6 +44,11 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0) -> Deployed
                                               f"{e.diagnostics}\n```\n", key=artifact_key("deploy-failure", bp.name),
                                      description=f"why the candidate of {bp.name} did not come up")
             raise
+        # What is live now, as applied (images pinned by digest), in the state store: what a
+        # later run re-applies to put this colour back, from whichever worker.
+        key = stage.snapshot_key(bp.name, run.run_id)
+        stage.render_to_dir(bp, deployed.colour, wiring.state_root / key)
+        wiring.state.push(key)
     # A new generation for every deploy: the benchmark and the gate are cached per generation.
     return dataclasses.replace(deployed, generation=uuid.uuid4().hex[:12])
 

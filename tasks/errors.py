@@ -160,6 +160,10 @@ class StackFailure(StackNotReady):
         self.applied_nothing = applied_nothing
 
 
+class RunHeld(StageFailed):
+    """Another flow run holds this run's lease: it is being driven elsewhere right now."""
+
+
 class BenchmarkBelowGate(StageFailed):
     """The candidate did not clear the promotion gate."""
 

@@ -1,7 +1,7 @@
 """Thin Prefect task for stage 3: validate the EFA fabric of the run's fleet, replace bad nodes.
 
 The procedure is ``tasks.stages.fabric`` (layers, replacement through the node lifecycle). The
-report is a markdown artifact; the raw results stay under the run's state folder.
+report is a markdown artifact; the raw results go to the run's folder in the state store.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from tasks.errors import StageFailed
+from tasks.errors import PdliftError, StageFailed
 from tasks.planning.identity import artifact_key
 from tasks.planning.records import FabricVerdict
 from tasks.runs import Run
 from tasks.stages import fabric as stage
+from tasks.stages.fabric_results import results_key
 from tasks.stages.nodes import NodeLifecycle
 from tasks.wiring import Wiring
 
@@ -29,8 +30,21 @@ def validate(run: Run) -> FabricVerdict:
     with Wiring(bp) as wiring:
         nodes = NodeLifecycle(bp, run.identity, reserved, wiring.instances, wiring.kube_nodes, run.record,
                               run.ended_instance)
-        done = stage.validate_fleet(bp, run.run_id, fleet, nodes, wiring.shell, wiring.state_root,
-                                    get_run_logger().info)
+        try:
+            done = stage.validate_fleet(bp, run.run_id, fleet, nodes, wiring.shell, wiring.state_root,
+                                        get_run_logger().info)
+        except BaseException:  # the raw results of a failed validation are what an operator reads first
+            _keep_results(wiring, bp.name, run.run_id)
+            raise
+        wiring.state.push(results_key(bp.name, run.run_id))
     create_markdown_artifact(markdown=done.markdown, key=artifact_key("fabric-report", bp.name),
                              description=f"fabric validation of run {run.run_id}")
     return done.verdict
+
+
+def _keep_results(wiring: Wiring, deployment: str, run_id: str) -> None:
+    """Push what a failing validation wrote, never hiding its own error behind the store's."""
+    try:
+        wiring.state.push(results_key(deployment, run_id))
+    except PdliftError as e:
+        get_run_logger().warning(f"fabric results not kept in the state store {wiring.state.uri}: {e}")

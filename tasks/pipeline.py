@@ -5,37 +5,79 @@ from __future__ import annotations
 import datetime as dt
 import functools
 
-from prefect import get_run_logger, task
+import uuid
+
+from prefect import get_client, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
 
 from blueprints.loader import load_blueprint
+from tasks.adapters import run_lease
+from tasks.adapters.run_lease import this_worker
 from tasks.errors import PdliftError
 from tasks.planning import ledger as ledger_plan
 from tasks.planning import resume
 from tasks.planning.identity import artifact_key
+from tasks.planning.lease import Holder
 from tasks.planning.ledger import Ledger
 from tasks.planning.manifests.common import colour_namespace, stable_namespace
 from tasks.planning.manifests.router import router_name
 from tasks.planning.plan import make_plan
 from tasks.planning.records import StageRecord
 from tasks.planning.timeline import beside_actual
-from tasks.runs import Run, open_run
+from tasks.runs import Run, open_run, run_id_of
 from tasks.stages.deploy import live_colour
 from tasks.wiring import Wiring
 
 
 @task(cache_policy=NO_CACHE)
-def start_run(blueprint_path: str, run_id: str | None) -> Run:
-    """Read and validate the blueprint (a ConfigError fails the run with the located problem) and
-    the run's ledger."""
+def start_run(blueprint_path: str, run_id: str | None, hold: bool = True) -> Run:
+    """Read and validate the blueprint (a ConfigError fails the run with the located problem),
+    take the run's lease (``hold``; RunHeld when another flow run drives it: nothing touched), and
+    read the run's ledger."""
     bp = load_blueprint(blueprint_path)
-    return open_run(bp, blueprint_path, run_id, Wiring(bp).ledgers)
+    wiring = Wiring(bp)
+    rid = run_id_of(bp, run_id)
+    if hold:
+        log = get_run_logger()
+        leases = wiring.leases(log.info)
+        lease = run_lease.hold(leases, bp.name, rid, Holder(_flow_run_id(), this_worker()),
+                               holder_ended=_flow_run_ended)
+        log.info(f"run {rid}: lease held by flow run {lease.flow_run_id or '(none)'} on {lease.worker} "
+                 f"until {lease.expires_at}, renewed while it works ({wiring.state.uri})")
+        return open_run(bp, blueprint_path, rid, wiring.ledgers, guard=lambda: run_lease.check(leases, bp.name, rid))
+    return open_run(bp, blueprint_path, rid, wiring.ledgers)
+
+
+def _flow_run_id() -> str:
+    context = FlowRunContext.get()
+    return str(context.flow_run.id) if context and context.flow_run else ""
+
+
+def _flow_run_ended(flow_run_id: str) -> bool:
+    """Whether Prefect says the lease holder's flow run has ended (False when it cannot say)."""
+    if not flow_run_id:
+        return False
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(uuid.UUID(flow_run_id)).state
+    except Exception:  # unknown to this server, or the server is away: wait for the expiry
+        return False
+    return bool(state and state.is_final())
 
 
 @task(cache_policy=NO_CACHE)
 def record_stage(run: Run, record: StageRecord) -> None:
     run.finish_stage(record)
+    release_run.fn(run)
+
+
+@task(cache_policy=NO_CACHE)
+def release_run(run: Run) -> bool:
+    """Give the run's lease up when this flow run took it (a subflow's end keeps its parent's)."""
+    with Wiring(run.blueprint) as wiring:
+        return run_lease.let_go(wiring.leases(), run.blueprint.name, run.run_id, _flow_run_id())
 
 
 @task(cache_policy=NO_CACHE)
@@ -148,5 +190,6 @@ def finish(run: Run, summary: list[dict]) -> dict:
         if projected is not None:
             row.update(projected_s=round(projected.expected_s, 1), projected_worst_s=round(projected.worst_s, 1))
     create_markdown_artifact(markdown=markdown, key=artifact_key("migration", bp.name), description=f"run {run.run_id}")
+    release_run.fn(run)
     return {"run_id": run.run_id, "stages": summary, "verdict": verdict,
             "spend_by_stage": ledger_plan.spend_by_stage(ledger, now), "hourly_burn": ledger_plan.hourly_burn(ledger)}

@@ -9,6 +9,7 @@ retire and the CLI.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -26,7 +27,11 @@ def promote(run: Run, colour: str, results_path: str) -> Promotion:
     bp = run.blueprint
     with Wiring(bp) as wiring:
         done = stage.promote(bp, colour, wiring.routing, wiring.engines)
-        baseline = stage.record_baseline(wiring.state_root, bp, bench.read_results(results_path), run.run_id, colour)
+        # The measurement may have been made by another worker: read it from the store.
+        measured = wiring.state.pull(bench.bench_key(bp.name, run.run_id)) / Path(results_path).name
+        baseline = stage.record_baseline(wiring.state_root, bp, bench.read_results(measured), run.run_id, colour)
+        wiring.state.push(bench.baseline_key(bp.name))
+        wiring.state.push(bench.baseline_key(bp.name).removesuffix(".json"))
     get_run_logger().info(f"{bp.name}: production now routes to {colour} (was {done.previous or 'none'}); "
                           f"{len(done.answered)} endpoint(s) answered; baseline {baseline}")
     return dataclasses.replace(done, baseline=str(baseline))

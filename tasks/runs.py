@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from blueprints.schema import Blueprint
@@ -25,6 +26,8 @@ class Run:
     identity: RunIdentity
     store: LedgerStore
     ledger: Ledger = field(repr=False)
+    # Called before every ledger update: raises when this run's lease was taken over meanwhile.
+    guard: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     @property
     def run_id(self) -> str:
@@ -49,21 +52,24 @@ class Run:
         self.ledger = self.store.load(self.blueprint.name, self.run_id) or self.ledger
 
     def _update(self, change) -> None:
-        # Read, change, write: a stage runs for hours, and what another flow of this run wrote
-        # meanwhile (a teardown's end times) must not be overwritten by this one's old copy.
-        self.reload()
-        self.ledger = change(self.ledger)
-        self.store.save(self.ledger)
+        self.guard()
+        # Read, change, write only if unchanged (else again): a stage runs for hours, and what
+        # another flow of this run wrote meanwhile (a teardown's end times) must not be
+        # overwritten by this one's old copy.
+        self.ledger = self.store.update(self.blueprint.name, self.run_id,
+                                        lambda stored: change(stored or self.ledger))
 
 
 def open_run(bp: Blueprint, blueprint_path: str, run_id: str | None, store: LedgerStore,
-             now: dt.datetime | None = None) -> Run:
-    """This run's ledger, or a new one (saved with its first record). The start time is fixed when
-    the ledger is first written, so tags and costs of a resumed run keep their first start."""
+             now: dt.datetime | None = None, guard: Callable[[], None] = lambda: None) -> Run:
+    """This run's ledger, or a new one, written at once and only if none exists (of two runs that
+    start together, both go on with the first one's). The start time is fixed when the ledger is
+    first written, so tags, idempotency tokens and costs of a resumed run keep their first start."""
     rid = run_id_of(bp, run_id)
-    ledger = store.load(bp.name, rid) or Ledger(bp.name, rid, now_str(now or dt.datetime.now(dt.timezone.utc)))
+    ledger = store.load(bp.name, rid) or store.update(
+        bp.name, rid, lambda stored: stored or Ledger(bp.name, rid, now_str(now or dt.datetime.now(dt.timezone.utc))))
     return Run(bp, blueprint_path, RunIdentity(bp.name, rid, parse_time(ledger.created_at), bp.aws.ttl_hours), store,
-               ledger)
+               ledger, guard)
 
 
 def run_id_of(bp: Blueprint, run_id: str | None = None) -> str:

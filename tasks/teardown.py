@@ -35,17 +35,20 @@ def mark_released(bp: Blueprint, report: stage.TeardownReport) -> list[str]:
     ledger could be read. One that cannot is named in the log and left as it is."""
     touched, now, store = [], dt.datetime.now(dt.timezone.utc), Wiring(bp).ledgers
     for run_id in sorted({f.run_id for f in report.released if f.run_id}):
+        ended = [f for f in report.released if f.run_id == run_id]
+
+        def mark(ledger):  # applied to what the store holds, again if a live run wrote meanwhile
+            for f in ended:
+                ledger = ledger.ended(f.kind, f.resource_id, now)
+            return ledger
+
         try:
-            ledger = store.load(bp.name, run_id)
+            if store.load(bp.name, run_id) is None:
+                continue
+            store.update(bp.name, run_id, mark)
         except ConfigError as e:
             get_run_logger().warning(f"released, but not marked in the run's ledger: {e}")
             continue
-        if ledger is None:
-            continue
-        for f in report.released:
-            if f.run_id == run_id:
-                ledger = ledger.ended(f.kind, f.resource_id, now)
-        store.save(ledger)
         touched.append(run_id)
     return touched
 

@@ -12,7 +12,8 @@ Where each system is, from standard configuration only (which is also how the sa
                  presigned STS token, refreshed before it expires
     SSH          the blueprint's aws.ssh (PDLIFT_SSH_KEY_FILE overrides its key file)
     S3           boto3's classic engine from the same environment (never the CRT client)
-    run state    the ledger store under PDLIFT_STATE_DIR (default ./.pdlift)
+    run state    the state store: PDLIFT_STATE_URI or the blueprint's state.uri (s3://bucket/prefix),
+                 else the directory PDLIFT_STATE_DIR (default ./.pdlift); leases live there too
     load         the benchmark's load generator
 """
 
@@ -32,11 +33,14 @@ from tasks.adapters.engine_http import EngineHttp
 from tasks.adapters.kube_apply import KubeApply, api_client_from_kubeconfig
 from tasks.adapters.kube_nodes import KubeNodes
 from tasks.adapters.ledger_store import LedgerStore
+from tasks.adapters.run_lease import RunLeases
+from tasks.adapters.state_store import StateStore, open_store
 from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
 from tasks.adapters.s3 import WeightStore, s3_client
 from tasks.adapters.service_routing import ServiceRouting
 from tasks.adapters.ssh import NodeShell, SshSettings
-from tasks.errors import PdliftError, ResourceGone
+from tasks.errors import ConfigError, PdliftError, ResourceGone
+from tasks.planning.lease import DEFAULT_TTL_S
 
 
 class Wiring:
@@ -149,14 +153,40 @@ class Wiring:
 
     # --- run state ---------------------------------------------------------------------------
 
+    @property
+    def state_uri(self) -> str | None:
+        """The shared state store: PDLIFT_STATE_URI, else the blueprint's state.uri; None: local."""
+        return self._env.get("PDLIFT_STATE_URI") or self.bp.state.uri
+
+    @functools.cached_property
+    def state(self) -> StateStore:
+        uri = self.state_uri
+        if self._env.get("PDLIFT_REQUIRE_SHARED_STATE") == "1" and not (uri or "").startswith("s3://"):
+            # A worker whose disk goes with its pod (the Kubernetes pool): local state would be lost.
+            raise ConfigError("this worker keeps no state on its disk (PDLIFT_REQUIRE_SHARED_STATE=1), but no "
+                              "shared state store is configured: set PDLIFT_STATE_URI=s3://bucket/prefix (or "
+                              "state.uri in the blueprint)")
+        client = s3_client(self.bp.aws.region) if uri and uri.startswith("s3://") else None
+        return open_store(uri, self.state_dir, client)
+
     @functools.cached_property
     def ledgers(self) -> LedgerStore:
-        return LedgerStore(self.state_root)
+        return LedgerStore(self.state)
+
+    def leases(self, log=lambda _msg: None) -> RunLeases:
+        ttl = float(self._env.get("PDLIFT_LEASE_TTL_S") or DEFAULT_TTL_S)
+        return RunLeases(self.state, ttl_s=ttl, log=log)
+
+    @property
+    def state_dir(self) -> Path:
+        """This worker's own state directory: PDLIFT_STATE_DIR, else ./.pdlift (the local store)."""
+        return Path(self._env.get("PDLIFT_STATE_DIR") or Path.cwd() / ".pdlift")
 
     @property
     def state_root(self) -> Path:
-        """Where run state lives on this worker: PDLIFT_STATE_DIR, else ./.pdlift."""
-        return Path(self._env.get("PDLIFT_STATE_DIR") or Path.cwd() / ".pdlift")
+        """Where a stage writes and reads the store's folders on this worker (the store itself when
+        local; a cache of the S3 store otherwise: ``state.push`` / ``state.pull``)."""
+        return self.state.local_root
 
 
 class RegionWiring:

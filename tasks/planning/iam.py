@@ -28,6 +28,26 @@ CALLED = {
 IMPLIED = {"ec2": ["CreateTags"], "iam": ["PassRole"], "sts": ["GetCallerIdentity"]}
 
 
+# The shared state store (``tasks.adapters.state_store.S3Store``), when the blueprint sets
+# state.uri: objects under its prefix, and listing that prefix. Conditional writes (If-Match,
+# If-None-Match) need nothing beyond s3:PutObject.
+STATE_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+STATE_LIST_ACTIONS = ["s3:ListBucket"]
+
+
+def state_statements(state_uri: str) -> list[dict]:
+    """Least privilege on ``s3://bucket/prefix`` for the state store."""
+    bucket, _, prefix = state_uri.removeprefix("s3://").partition("/")
+    prefix = prefix.strip("/")
+    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+    listing: dict = {"Sid": "PdliftStateList", "Effect": "Allow", "Action": STATE_LIST_ACTIONS,
+                     "Resource": f"arn:aws:s3:::{bucket}"}
+    if prefix:
+        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+    return [{"Sid": "PdliftStateObjects", "Effect": "Allow", "Action": STATE_OBJECT_ACTIONS, "Resource": objects},
+            listing]
+
+
 def actions() -> list[str]:
     out = set()
     for group in (CALLED, IMPLIED):
@@ -36,7 +56,8 @@ def actions() -> list[str]:
     return sorted(out)
 
 
-def policy() -> dict:
+def policy(state_uri: str | None = None) -> dict:
+    """The policy; with ``state_uri`` (s3://bucket/prefix) also the state store's statements."""
     describe = [a for a in actions() if a.split(":")[1].startswith(("Describe", "Get"))]
     mutate = [a for a in actions() if a not in describe and not a.startswith("iam:")]
     return {
@@ -46,9 +67,9 @@ def policy() -> dict:
             {"Sid": "PdliftProvision", "Effect": "Allow", "Action": mutate, "Resource": "*"},
             {"Sid": "PdliftPassNodeRole", "Effect": "Allow", "Action": ["iam:PassRole"], "Resource": "*",
              "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
-        ],
+        ] + (state_statements(state_uri) if state_uri and state_uri.startswith("s3://") else []),
     }
 
 
-def render() -> str:
-    return json.dumps(policy(), indent=2)
+def render(state_uri: str | None = None) -> str:
+    return json.dumps(policy(state_uri), indent=2)

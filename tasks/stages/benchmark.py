@@ -74,12 +74,23 @@ class BenchmarkRun:
     stops: tuple[PointStop, ...] = ()  # how each point ended (sequential), or those the budget cut
 
 
+def bench_key(deployment: str, run_id: str) -> str:
+    """The run's benchmark folder in the state store (raw records, results, the gate's report)."""
+    return f"runs/{deployment}/{run_id}/bench"
+
+
+def baseline_key(deployment: str) -> str:
+    """The current baseline in the state store; promoted versions are kept beside it, in a folder
+    of the same name."""
+    return f"baselines/{deployment}.json"
+
+
 def bench_dir(state_dir: Path, deployment: str, run_id: str) -> Path:
-    return Path(state_dir) / "runs" / deployment / run_id / "bench"
+    return Path(state_dir) / bench_key(deployment, run_id)
 
 
 def baseline_path(state_dir: Path, deployment: str) -> Path:
-    return Path(state_dir) / "baselines" / f"{deployment}.json"
+    return Path(state_dir) / baseline_key(deployment)
 
 
 def _spec(bp: Blueprint, target: str, run_id: str, rnd: Round) -> LoadSpec:

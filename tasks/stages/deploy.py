@@ -70,6 +70,11 @@ def render(bp: Blueprint, colour: str) -> list[dict]:
     return render_checked(bp, colour, weights_host_path(bp))
 
 
+def snapshot_key(deployment: str, run_id: str) -> str:
+    """The run's applied manifests in the state store, one ``<deployment>-<colour>.yaml`` per colour."""
+    return f"runs/{deployment}/{run_id}/deploy"
+
+
 def render_to_dir(bp: Blueprint, colour: str, directory: str | Path) -> Path:
     """The checked manifests of ``colour`` as one YAML stream in apply order; no API call."""
     text = to_yaml(render(bp, colour))  # a ConfigError leaves nothing behind

@@ -19,11 +19,16 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.<>-]")
 _PATH_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def results_dir(root: Path, deployment: str, run_id: str) -> Path:
+def results_key(deployment: str, run_id: str) -> str:
+    """The run's fabric folder in the state store (raw tool output, results.json, report.md)."""
     for what, value in (("deployment", deployment), ("run id", run_id)):
         if not _PATH_SAFE.match(value) or ".." in value:
             raise ConfigError(f"{what} {value!r} cannot name a results folder (letters, digits, '.', '_', '-')")
-    return root / "runs" / deployment / run_id / "fabric"
+    return f"runs/{deployment}/{run_id}/fabric"
+
+
+def results_dir(root: Path, deployment: str, run_id: str) -> Path:
+    return root / results_key(deployment, run_id)
 
 
 class ResultsDir:

@@ -36,3 +36,27 @@ def test_the_policy_names_nothing_the_code_never_calls():
 def test_pass_role_is_limited_to_ec2():
     (pass_role,) = [s for s in iam.policy()["Statement"] if s["Action"] == ["iam:PassRole"]]
     assert pass_role["Condition"]["StringEquals"]["iam:PassedToService"] == "ec2.amazonaws.com"
+
+
+STATE_STORE = ADAPTERS / "state_store.py"
+S3_ACTIONS = {"get_object": "s3:GetObject", "put_object": "s3:PutObject", "delete_object": "s3:DeleteObject",
+              "list_objects_v2": "s3:ListBucket"}
+
+
+def test_the_state_store_statements_cover_every_s3_call_of_the_store_and_only_its_prefix():
+    text = STATE_STORE.read_text()
+    called = set(re.findall(r"self\._s3\.([a-z_0-9]+)\(", text)) | set(re.findall(r'get_paginator\("([a-z_0-9]+)"\)',
+                                                                                    text))
+    called.discard("get_paginator")
+    assert called and called <= set(S3_ACTIONS), f"map these S3 calls to IAM actions: {called - set(S3_ACTIONS)}"
+    statements = iam.policy("s3://team-state/pdlift/prod")["Statement"]
+    granted = {a: s for s in statements for a in s["Action"] if a.startswith("s3:")}
+    assert {S3_ACTIONS[c] for c in called} == set(granted)
+    assert granted["s3:PutObject"]["Resource"] == "arn:aws:s3:::team-state/pdlift/prod/*"
+    assert granted["s3:ListBucket"]["Resource"] == "arn:aws:s3:::team-state"
+    assert granted["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": ["pdlift/prod", "pdlift/prod/*"]}}
+
+
+def test_without_a_state_uri_the_policy_grants_no_s3():
+    assert not [a for s in iam.policy()["Statement"] for a in s["Action"] if a.startswith("s3:")]
+    assert not [a for s in iam.policy(None)["Statement"] for a in s["Action"] if a.startswith("s3:")]

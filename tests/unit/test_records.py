@@ -81,7 +81,7 @@ def test_a_ledger_of_a_newer_schema_is_refused_and_the_store_names_the_file_and_
     with pytest.raises(LedgerFormatError, match="schema 3"):
         Ledger.from_dict(newer)
     store = LedgerStore(tmp_path)
-    path = store.path("d", "r9")
+    path = tmp_path / "runs" / "d" / "r9.json"  # where the local store keeps it
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(newer))
     with pytest.raises(ConfigError, match=rf"{path}.*schema 3.*Move it aside"):

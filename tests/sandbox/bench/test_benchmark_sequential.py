@@ -47,7 +47,8 @@ def test_a_30_percent_tpot_regression_stops_the_sequential_benchmark_early_with_
     (stop,) = seq_run.stops
     assert stop.reason == "decided" and MIN_ROUNDS <= stop.rounds < 6, stop
     # Load, not request counts: the engines' pace differs from run to run on a shared machine.
-    assert stop.load_s < 24 / 2 and seq_wall < fixed_wall
+    # At most half the fixed design's load (a 30 % regression is decided by round 3 even on a busy machine).
+    assert stop.load_s <= 24 / 2 and seq_wall < fixed_wall
     assert len(seq_run.notes) == stop.rounds and len(fixed_run.notes) == 1
     print(f"sequential: FAIL after {stop.rounds} rounds, {stop.load_s:.1f} s of load, {seq_wall:.1f} s wall; "
           f"fixed: {fixed.outcome.value} after {fixed_wall:.1f} s wall")
