@@ -11,16 +11,10 @@ import sys
 MIGRATED = ("runs/", "baselines/", "results/")  # leases belong to live processes: never copied
 
 
-def _store(bp, uri: str | None = None):
-    from tasks.adapters.state_store import open_store
+def _wiring(bp):
     from tasks.wiring import Wiring
 
-    wiring = Wiring(bp)
-    if uri is None:
-        return wiring.state, wiring
-    from tasks.adapters.s3 import s3_client
-
-    return open_store(uri, wiring.state_dir, s3_client(bp.aws.region) if uri.startswith("s3://") else None), wiring
+    return Wiring(bp)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -32,7 +26,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from tasks.planning.ledger import hourly_burn
 
     bp = load_blueprint(args.blueprint)
-    store, _ = _store(bp)
+    store = _wiring(bp).state
     ledgers, leases, now = LedgerStore(store), RunLeases(store), dt.datetime.now(dt.timezone.utc)
     if args.run is None:
         runs = ledgers.runs(bp.name)
@@ -70,7 +64,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from tasks.errors import ConfigError
 
     bp = load_blueprint(args.blueprint)
-    target, wiring = _store(bp, args.to or wiring_uri(bp))
+    wiring = _wiring(bp)
+    target = wiring.open_state(args.to or wiring.state_uri)
     if not target.uri.startswith("s3://"):
         raise ConfigError("pdlift state migrate: name the S3 store to copy into: --to s3://bucket/prefix, "
                           "or set state.uri in the blueprint (or PDLIFT_STATE_URI)")
@@ -92,12 +87,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     print(f"state migrate {source.uri} -> {target.uri}: {copied} copied, {same} already there, {kept} kept as "
           f"they were in the store")
     return 0
-
-
-def wiring_uri(bp) -> str | None:
-    from tasks.wiring import Wiring
-
-    return Wiring(bp).state_uri
 
 
 def register(sub: argparse._SubParsersAction, handlers: dict) -> None:

@@ -54,7 +54,7 @@ def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str) 
 
 
 def _results(run: Run) -> StateStoreResults:
-    return StateStoreResults.over(Wiring(run.blueprint).state, run.blueprint.aws.region)
+    return StateStoreResults.over(run.store.store, run.blueprint.aws.region)  # the store the run's ledger is in
 
 
 def _bench_folder(wiring: Wiring, run: Run) -> Path:

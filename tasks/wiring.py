@@ -34,7 +34,7 @@ from tasks.adapters.kube_apply import KubeApply, api_client_from_kubeconfig
 from tasks.adapters.kube_nodes import KubeNodes
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.adapters.run_lease import RunLeases
-from tasks.adapters.state_store import StateStore, open_store
+from tasks.adapters.state_store import StateStore, open_uri
 from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
 from tasks.adapters.s3 import WeightStore, s3_client
 from tasks.adapters.service_routing import ServiceRouting
@@ -166,8 +166,11 @@ class Wiring:
             raise ConfigError("this worker keeps no state on its disk (PDLIFT_REQUIRE_SHARED_STATE=1), but no "
                               "shared state store is configured: set PDLIFT_STATE_URI=s3://bucket/prefix (or "
                               "state.uri in the blueprint)")
-        client = s3_client(self.bp.aws.region) if uri and uri.startswith("s3://") else None
-        return open_store(uri, self.state_dir, client)
+        return self.open_state(uri)
+
+    def open_state(self, uri: str | None) -> StateStore:
+        """The state store at ``uri`` (None: this worker's directory), e.g. to copy state into."""
+        return open_uri(uri, self.state_dir, self.bp.aws.region)
 
     @functools.cached_property
     def ledgers(self) -> LedgerStore:

@@ -164,3 +164,20 @@ def session_leaders(marker: Path) -> list[int]:
             if pid not in mine and _session(pid) == pid and belongs_to(pid, marker):
                 found.append(pid)
     return sorted(found)
+
+
+def stop_child(proc: subprocess.Popen, signals=((signal.SIGTERM, 15), (signal.SIGINT, 5), (signal.SIGKILL, 5))) -> None:
+    """Stop a child this process started in its own session (its process group), one signal after
+    another, each with its grace (a Prefect worker wants SIGTERM, then SIGINT). Nothing to check:
+    the Popen is ours, and reaped by ``wait``."""
+    for sig, grace in signals:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue

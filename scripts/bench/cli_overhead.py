@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,13 +36,11 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sandbox.orchestrator.procs import stop_child  # noqa: E402
+from sandbox.s3 import free_port  # noqa: E402
 
 
 def base_env(home: Path, state: Path) -> dict[str, str]:
@@ -93,17 +90,7 @@ def wait_healthy(api: str, proc: subprocess.Popen, timeout_s: float) -> float:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
+    stop_child(proc, ((signal.SIGTERM, 15), (signal.SIGKILL, 5)))
 
 
 def main(argv: list[str] | None = None) -> int:

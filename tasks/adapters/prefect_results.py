@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from prefect.filesystems import WritableFileSystem
+from prefect.settings import PREFECT_API_URL
 from pydantic import PrivateAttr
 
-from tasks.adapters.state_store import StateStore, open_store
+from tasks.adapters.state_store import StateStore, open_uri
 
 PREFIX = "results"
+_SAVED: dict[tuple[str, str], "StateStoreResults"] = {}  # (Prefect API, store URI) -> the saved block
 
 
 class StateStoreResults(WritableFileSystem):
@@ -35,17 +37,19 @@ class StateStoreResults(WritableFileSystem):
 
     @classmethod
     def over(cls, store: StateStore, region: str | None = None) -> "StateStoreResults":
-        """The block for ``store``, saved on the Prefect server (idempotent)."""
-        block = cls(uri=store.uri, region=region)
-        block._store = store
-        block.save("pdlift-results-" + hashlib.sha256(store.uri.encode()).hexdigest()[:12], overwrite=True)
-        return block
+        """The block for ``store``, saved on the Prefect server once per process and store."""
+        api = str(PREFECT_API_URL.value())
+        saved = _SAVED.get((api, store.uri))
+        if saved is None:
+            saved = cls(uri=store.uri, region=region)
+            saved.save("pdlift-results-" + hashlib.sha256(store.uri.encode()).hexdigest()[:12], overwrite=True)
+            _SAVED[(api, store.uri)] = saved
+        saved._store = store
+        return saved
 
     def _the_store(self) -> StateStore:
         if self._store is None:  # loaded by Prefect from the server: reach the store from here
-            from tasks.adapters.s3 import s3_client
-
-            self._store = open_store(self.uri, Path(self.uri), s3_client(self.region) if self.uri.startswith("s3://") else None)
+            self._store = open_uri(self.uri, Path(self.uri), self.region)
         return self._store
 
     def _key(self, path: str) -> str:

@@ -115,9 +115,8 @@ class RunLeases:
                 return True
         return False
 
-    def keep_renewed(self, lease: Lease, lost: threading.Event | None = None) -> threading.Event:
-        """Renew ``lease`` in the background until the returned event is set or the lease is lost
-        (then ``lost`` is set: the run was taken over, see ``check``)."""
+    def keep_renewed(self, lease: Lease) -> threading.Event:
+        """Renew ``lease`` in the background until the returned event is set or the lease is lost."""
         stop = threading.Event()
 
         def loop() -> None:
@@ -128,8 +127,6 @@ class RunLeases:
                 except Exception as e:  # a store outage: try again next time, the expiry has slack
                     self._log(f"could not renew the lease of run {lease.run_id}: {type(e).__name__}: {e}")
             if held is None and not stop.is_set():
-                if lost is not None:
-                    lost.set()
                 self._log(f"the lease of run {lease.run_id} was taken over; this process stops renewing it")
 
         threading.Thread(target=loop, name=f"lease-{lease.run_id}", daemon=True).start()
@@ -139,7 +136,7 @@ class RunLeases:
 # The leases this process holds, each with its renewal: a subflow of the holder takes the same
 # lease again and must not start a second renewal; letting go stops the renewal first, so it
 # cannot push a released lease's expiry forward again.
-_HELD: dict[tuple[str, str], tuple[threading.Event, threading.Event]] = {}  # (stop, lost)
+_HELD: dict[tuple[str, str], threading.Event] = {}  # the renewal's stop event
 _HELD_LOCK = threading.Lock()
 
 
@@ -149,23 +146,18 @@ def hold(leases: RunLeases, deployment: str, run_id: str, me: Holder,
     lease = leases.take(deployment, run_id, me, holder_ended)
     with _HELD_LOCK:
         running = _HELD.get((deployment, run_id))
-        if running is None or running[0].is_set() or running[1].is_set():
-            lost = threading.Event()
-            _HELD[(deployment, run_id)] = (leases.keep_renewed(lease, lost), lost)
+        if running is None or running.is_set():
+            _HELD[(deployment, run_id)] = leases.keep_renewed(lease)
     return lease
 
 
 def check(leases: RunLeases, deployment: str, run_id: str) -> None:
     """Raise RunHeld when another process holds the run now: this one's ledger writes must stop
     (the fence before every ledger update; one read of the lease)."""
-    with _HELD_LOCK:
-        running = _HELD.get((deployment, run_id))
     current, _ = leases.current(deployment, run_id)
-    taken_over = current is not None and current.worker != this_worker() and not current.expired(leases._now())
-    if taken_over or (running is not None and running[1].is_set()):
-        holder = current.describe() if current is not None else f"run {run_id} has no lease"
-        raise RunHeld(f"run {run_id} was taken over while this flow run worked ({holder}); this one stops "
-                      f"here: `pdlift state show BLUEPRINT --run {run_id}` shows who holds it")
+    if current is not None and current.worker != this_worker() and not current.expired(leases._now()):
+        raise RunHeld(f"run {run_id} was taken over while this flow run worked ({current.describe()}); this one "
+                      f"stops here: `pdlift state show BLUEPRINT --run {run_id}` shows who holds it")
 
 
 def let_go(leases: RunLeases, deployment: str, run_id: str, flow_run_id: str) -> bool:
@@ -176,5 +168,5 @@ def let_go(leases: RunLeases, deployment: str, run_id: str, flow_run_id: str) ->
     with _HELD_LOCK:
         renewal = _HELD.pop((deployment, run_id), None)
     if renewal is not None:
-        renewal[0].set()
+        renewal.set()
     return leases.release(current, flow_run_id)

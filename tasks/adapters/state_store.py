@@ -64,6 +64,16 @@ class StateStore(Protocol):
     def pull(self, prefix: str) -> Path: ...
 
 
+def open_uri(uri: str | None, default_root: Path, region: str | None = None) -> StateStore:
+    """The store at ``uri``, with an S3 client from the standard environment when it is S3 (the
+    wiring, `pdlift state`, and a results block Prefect loads back all open stores this way)."""
+    if uri and uri.startswith("s3://"):
+        from tasks.adapters.s3 import s3_client
+
+        return S3Store(uri, s3_client(region))
+    return open_store(uri, default_root)
+
+
 def open_store(uri: str | None, default_root: Path, s3_client=None) -> StateStore:
     """``s3://bucket/prefix`` is the shared store (through ``s3_client``); a path (or ``file://``
     path, or nothing: the default root) is a local directory."""
@@ -188,28 +198,40 @@ class S3Store:
             self._s3.delete_object(Bucket=self.bucket, Key=self._key(key))
 
     def keys(self, prefix: str = "") -> list[str]:
+        return sorted(self._listing(prefix))
+
+    def _listing(self, prefix: str) -> dict[str, str]:
+        """{key: etag} under ``prefix`` ("runs/x" is runs/x and runs/x/..., not runs/xy)."""
         root = f"{self.prefix}/" if self.prefix else ""
-        out: list[str] = []
+        out: dict[str, str] = {}
         with self._translated(prefix or "(all)"):
             for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=root + prefix):
-                out += [o["Key"][len(root):] for o in page.get("Contents", [])]
-        # "runs/x" lists runs/x and runs/x/..., not runs/xy
-        return sorted(k for k in out if not prefix or k == prefix or k.startswith(prefix.rstrip("/") + "/"))
+                out.update((o["Key"][len(root):], o["ETag"]) for o in page.get("Contents", []))
+        return {k: e for k, e in out.items() if not prefix or k == prefix or k.startswith(prefix.rstrip("/") + "/")}
 
     def push(self, prefix: str) -> int:
-        """Every file under ``local_root/prefix`` (or that file) into the store; returns the count."""
+        """Every file under ``local_root/prefix`` (or that file) the store does not hold as it is;
+        returns how many were sent (a folder pushed again sends only what changed)."""
         base = self.local_root / prefix
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        held, sent = self._listing(prefix) if files else {}, 0
         for path in files:
-            self.put(str(path.relative_to(self.local_root)), path.read_bytes())
-        return len(files)
+            key, data = str(path.relative_to(self.local_root)), path.read_bytes()
+            if held.get(key) != _etag(data):
+                self.put(key, data)
+                sent += 1
+        return sent
 
     def pull(self, prefix: str) -> Path:
-        """The store's files under ``prefix`` (or that key) into ``local_root``; returns the local path."""
-        for key in self.keys(prefix):
+        """The store's files under ``prefix`` (or that key) into ``local_root``, those not already
+        there as they are; returns the local path."""
+        for key, etag in self._listing(prefix).items():
+            local = self.local_root / key
+            if local.is_file() and _etag(local.read_bytes()) == etag:
+                continue
             got = self.get(key)
             if got is not None:
-                write_atomic(self.local_root / key, got.data)
+                write_atomic(local, got.data)
         return self.local_root / prefix
 
     @contextlib.contextmanager

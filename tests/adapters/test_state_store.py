@@ -108,6 +108,22 @@ def test_a_folder_pushed_by_one_worker_is_pulled_whole_by_another(store, tmp_pat
     assert (pulled / "raw" / "short-c4-r0.json").stat().st_size == 1000
 
 
+def test_a_folder_pushed_again_sends_only_what_changed(s3_state, tmp_path):
+    store = S3Store(f"s3://pdlift-state/p-{tmp_path.name[-8:]}", s3_state, cache_root=tmp_path / "cache")
+    folder = store.local_root / "runs/d/r/bench"
+    folder.mkdir(parents=True)
+    (folder / "a.json").write_text("a")
+    (folder / "b.json").write_text("b")
+    assert store.push("runs/d/r/bench") == 2
+    assert store.push("runs/d/r/bench") == 0
+    (folder / "b.json").write_text("b2")
+    assert store.push("runs/d/r/bench") == 1
+    assert store.get("runs/d/r/bench/b.json").data == b"b2"
+    (folder / "a.json").write_text("stale local copy")
+    store.pull("runs/d/r/bench")  # what differs from the store is fetched again, the rest kept
+    assert (folder / "a.json").read_text() == "a" and (folder / "b.json").read_text() == "b2"
+
+
 def test_keys_that_are_not_relative_names_are_refused(store):
     for bad in ("", "/abs", "a/../b", "a//b"):
         with pytest.raises(ConfigError, match="not a relative path"):
