@@ -12,6 +12,28 @@ from blueprints.schema import Blueprint
 from blueprints.catalog import instance_type
 
 
+# Capacity Block lengths EC2 sells: 1-day steps up to 14 days, then 7-day steps up to 182 days
+# (botocore EC2 model, DescribeCapacityBlockOfferings.CapacityDurationHours; EC2 User Guide,
+# "Capacity Blocks for ML"). Any other length fails at the API, after the run has started.
+BLOCK_DAY_STEP_H, BLOCK_WEEK_STEP_H = 24, 7 * 24
+BLOCK_DAY_STEPS_UP_TO_H, BLOCK_LONGEST_H = 14 * 24, 182 * 24
+
+
+def capacity_block_hours_valid(hours: int) -> bool:
+    if 0 < hours <= BLOCK_DAY_STEPS_UP_TO_H:
+        return hours % BLOCK_DAY_STEP_H == 0
+    return hours <= BLOCK_LONGEST_H and hours % BLOCK_WEEK_STEP_H == 0
+
+
+def nearest_capacity_block_hours(hours: int) -> list[int]:
+    """The valid lengths just below and above ``hours`` (one of them when it is out of range)."""
+    valid = [h for h in range(BLOCK_DAY_STEP_H, BLOCK_LONGEST_H + 1, BLOCK_DAY_STEP_H)
+             if capacity_block_hours_valid(h)]
+    below = [h for h in valid if h < hours][-1:]
+    above = [h for h in valid if h > hours][:1]
+    return below + above
+
+
 class RuleViolation(NamedTuple):
     path: tuple[str | int, ...]
     message: str
@@ -48,6 +70,12 @@ def _aws_rules(bp: Blueprint) -> list[RuleViolation]:
         out.append(RuleViolation(("aws", "capacity"),
                                  f"mode '{cap.mode}' needs how long to hold the capacity",
                                  "set duration_hours (or end_time)"))
+    if cap.mode == "capacity-block" and cap.duration_hours and not capacity_block_hours_valid(cap.duration_hours):
+        near = " or ".join(str(h) for h in nearest_capacity_block_hours(cap.duration_hours))
+        out.append(RuleViolation(("aws", "capacity", "duration_hours"),
+                                 f"a Capacity Block of {cap.duration_hours} h is not sold: EC2 sells 24-hour steps "
+                                 "up to 336 h (14 days), then 168-hour steps up to 4368 h (182 days)",
+                                 f"set duration_hours to {near}"))
     if cap.mode == "capacity-block" and cap.max_upfront_usd <= 0:
         out.append(RuleViolation(("aws", "capacity", "max_upfront_usd"),
                                  "a Capacity Block is paid upfront, and the limit is 0",

@@ -113,7 +113,7 @@ class SshSpec(Frozen):
 class AwsSpec(Frozen):
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     availability_zones: list[str] = Field(min_length=1)
-    instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    instance_type: str = Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")  # p6-b200.48xlarge has a hyphen
     capacity: CapacitySpec
     subnets: dict[str, str] = Field(description="Subnet id per availability zone.")
     security_group: str = Field(min_length=1)

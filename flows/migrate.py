@@ -1,10 +1,11 @@
 """The whole migration: the plan first, then each stage in order, resumable by run id.
 
 Re-running with the same run id skips the stages the ledger says are done, after checking that
-what they made still exists, and continues; once one stage runs again (a new reservation, new
-nodes), every later stage runs again too (``tasks.planning.resume``). A failed stage leaves a
-clear state: what exists, what it costs per hour, and the command that tears it down (a markdown
-artifact and the log).
+what they made still exists, and continues (a run whose Capacity Block begins later is
+rescheduled for its start and continues so: ``flows.pipeline.wait_for_capacity``); once one
+stage runs again (a new reservation, new nodes), every later stage runs again too
+(``tasks.planning.resume``). A failed stage leaves a clear state: what exists, what it costs per
+hour, and the command that tears it down (a markdown artifact and the log).
 """
 
 from __future__ import annotations
@@ -54,9 +55,16 @@ def _weights(run: Run) -> StagedWeights:
     return weights_flow(run.blueprint_path, run.run_id, write_manifest=True)
 
 
+def _launch(run: Run):
+    # Here, in migrate's own flow run: a Capacity Block that begins later frees the worker until
+    # then (a subflow could not be rescheduled on its own).
+    pipeline.wait_for_capacity(run)
+    return launch_flow(run.blueprint_path, run.run_id)
+
+
 STAGE_FLOWS: dict[str, StageFlow] = {
     "reserve": lambda run: reserve_flow(run.blueprint_path, run.run_id),
-    "launch": lambda run: launch_flow(run.blueprint_path, run.run_id),
+    "launch": _launch,
     "fabric": lambda run: fabric_flow(run.blueprint_path, run.run_id),
     "weights": _weights,
     "deploy": lambda run: deploy_flow(run.blueprint_path, run.run_id),

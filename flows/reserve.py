@@ -16,5 +16,9 @@ def reserve_flow(blueprint_path: str, run_id: str | None = None) -> Reserved:
     for note in reserve.preflight(run):
         get_run_logger().info("preflight: %s", note)
     reserved = pipeline.done(run, reserve.reserve(run))
+    if reserved.starts_at or reserved.ends_at:
+        get_run_logger().info("%s %s usable from %s until %s", "Capacity Block" if reserved.capacity_block else
+                              "reservation", reserved.reservation_id, reserved.starts_at or "now",
+                              reserved.ends_at or "cancelled")
     pipeline_tasks.publish_ledger(run)
     return reserved

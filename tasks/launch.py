@@ -6,6 +6,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.errors import StageFailed
+from tasks.planning import ledger as ledger_plan
 from tasks.planning.records import Fleet
 from tasks.runs import Run
 from tasks.stages import launch as stage
@@ -14,9 +15,11 @@ from tasks.wiring import Wiring
 
 @task(cache_policy=NO_CACHE)
 def launch(run: Run) -> Fleet:
+    run.reload()  # the reservation, and the token generations a crashed attempt recorded
     reserved = run.ledger.reserved()
     if reserved is None:
         raise StageFailed(f"run {run.run_id} has no reservation yet: run `pdlift reserve` first")
     with Wiring(run.blueprint) as wiring:
         return stage.launch(run.blueprint, run.identity, reserved, wiring.capacity, wiring.instances, wiring.cluster,
-                            wiring.kube_nodes, run.record, ended=run.ended_instance)
+                            wiring.kube_nodes, run.record, ended=run.ended_instance,
+                            generations=ledger_plan.generations(run.ledger))

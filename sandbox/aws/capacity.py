@@ -17,7 +17,7 @@ from typing import Any
 from sandbox.aws.config import AwsConfig
 from sandbox.aws.placement import PlacementGroups
 from sandbox.aws.render import Ec2Error
-from sandbox.aws.reservations import Reservation, ReservationBook, now
+from sandbox.aws.reservations import NOT_STARTED, Reservation, ReservationBook, now
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,13 @@ class Capacity:
         if end_type == "limited" and params.get("EndDate") is None:
             raise Ec2Error("InvalidParameterCombination", "EndDate is required when "
                            "EndDateType is limited")
+        # EndDate is "the date and time at which the Capacity Reservation expires" (API
+        # Reference, CreateCapacityReservation): one already past cannot be reserved. EC2's
+        # error-code list gives InvalidParameterValue for "a value specified in a parameter is
+        # not valid"; it does not quote this case's message, so the wording here is ours.
+        if end_type == "limited" and params["EndDate"] <= now():
+            raise Ec2Error("InvalidParameterValue", "The EndDate "
+                           f"{params['EndDate'].isoformat()} is in the past; it must be in the future.")
         arn = params.get("PlacementGroupArn")
         if arn:
             group = self._groups.by_arn(arn)
@@ -161,6 +168,11 @@ class Capacity:
         if r.reservation_type == "capacity-block" and market != "capacity-block":
             raise Ec2Error("InvalidParameterCombination", "Launching into a Capacity Block "
                            "needs InstanceMarketOptions MarketType=capacity-block.")
+        if r.reservation_type == "capacity-block" and r.state() in NOT_STARTED:
+            # EC2's error-code list: "InvalidCapacityReservationState.PendingActivation: Your
+            # Capacity Block is not active yet."
+            raise Ec2Error("InvalidCapacityReservationState.PendingActivation",
+                           "Your Capacity Block is not active yet.")
         if r.available() < min_count:
             state = r.state()
             why = "" if state in ("pending", "active") else f" (state: {state})"

@@ -11,6 +11,9 @@ Read from a YAML file (safe_load) whose keys all have defaults, for example::
       - {instance_type: p5en.48xlarge, availability_zone: us-east-2a,
          max_instance_count: 8, hourly_price: 41.61}
     reservation_pending_seconds: 1.0   # a new ODCR shows pending this long (still usable)
+    capacity_block_start_seconds: 60.0 # the earliest offering starts this long after the search
+    capacity_block_payment_seconds: 1.0  # a bought block is payment-pending this long
+    capacity_block_page_size: 2        # offerings per DescribeCapacityBlockOfferings page
     topology_empty_seconds: 0.0        # DescribeInstanceTopology has no NetworkNodes this long
     topology_pair_size: 2              # instances per layer-3 node, by launch order
     vcpu_quotas: {L-417A185B: 1536}    # On-Demand vCPU quota overrides (quotas.py)
@@ -53,6 +56,17 @@ class AwsConfig:
     default_capacity: int = 16
     capacity_blocks: list[dict[str, Any]] = field(default_factory=_default_blocks)
     reservation_pending_seconds: float = 1.0
+    # A Capacity Block is sold for a start in the future and is unusable until then (EC2 User
+    # Guide, "Capacity Blocks for ML": blocks are reserved up to 8 weeks ahead; "View Capacity
+    # Blocks": payment-pending, scheduled, active, expired). Real offerings start at 11:30 UTC,
+    # hours or days away; the sandbox's earliest one starts this many seconds after the search
+    # (later ones at the following 11:30 UTCs), so a demo or a test waits seconds, not hours.
+    capacity_block_start_seconds: float = 60.0
+    capacity_block_payment_seconds: float = 1.0
+    # DescribeCapacityBlockOfferings pages with NextToken/MaxResults (botocore's EC2 paginator);
+    # EC2 documents no default page size, so the sandbox's is small: a client that reads only the
+    # first page misses offerings, as it can on EC2.
+    capacity_block_page_size: int = 2
     topology_empty_seconds: float = 0.0
     topology_pair_size: int = 2
     vcpu_quotas: dict[str, int] = field(default_factory=dict)  # overrides, by quota code

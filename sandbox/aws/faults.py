@@ -30,6 +30,9 @@ KNOWN_CODES = {
     "InternalError": "An internal error has occurred.",
     "VcpuLimitExceeded": "You have requested more vCPU capacity than your current vCPU limit "
     "allows for the instance bucket that the specified instance type belongs to.",
+    # EC2's error-code list: "You've reached the limit for this account. The returned message
+    # provides details." (DescribeCapacityBlockOfferings)
+    "CapacityBlockDescribeLimitExceeded": "You've reached the limit for this account.",
 }
 NEVER_BOOT = "never-boot"
 

@@ -103,6 +103,14 @@ class Instances:
                 if original != compared:
                     raise Ec2Error("IdempotentParameterMismatch", f"The client token '{token}' "
                                    "has already been used with different parameters.")
+                if any(self._launched[i].terminated for i in instance_xml.instance_ids(body)
+                       if i in self._launched):
+                    # EC2's error-code list: "IdempotentInstanceTerminated: The request to launch
+                    # an instance uses the same client token as a previous request for which the
+                    # instance has been terminated." (never the terminated instances again)
+                    raise Ec2Error("IdempotentInstanceTerminated", "The request to launch an "
+                                   "instance uses the same client token as a previous request "
+                                   "for which the instance has been terminated.")
                 return 200, instance_xml.patch(body, self.views())
             market = eff.get("InstanceMarketOptions", {}).get("MarketType")
             if market != "capacity-block":
@@ -130,7 +138,7 @@ class Instances:
                     interfaces=eff.get("NetworkInterfaces", []),
                 )
                 placed = Placed(iid, itype, zone, self._zone_id(region, zone), group,
-                                self._topology.assign(zone, key))
+                                self._topology.assign(zone, key, itype))
                 self._launched[iid] = Launched(view, placed,
                                                on_demand=market != "capacity-block")
         note["instance_ids"] = ids

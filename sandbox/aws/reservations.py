@@ -1,10 +1,14 @@
 """Capacity Reservations (ODCRs and purchased Capacity Blocks) and their life cycle.
 
 State follows EC2: a new ODCR is ``pending`` for ``reservation_pending_seconds`` (already
-usable, as EC2 documents) then ``active``; a Capacity Block is ``scheduled`` until its start,
-``active`` until its end, then ``expired``; CancelCapacityReservation makes an ODCR
-``cancelled`` (Capacity Blocks cannot be cancelled). ``AvailableInstanceCount`` is the total
-minus the instances running in it: launches take slots, terminations give them back.
+usable, as EC2 documents) then ``active``; a Capacity Block is ``payment-pending`` for
+``capacity_block_payment_seconds`` ("the upfront payment has not been processed yet"), then
+``scheduled`` until its start, ``active`` until its end, then ``expired`` (EC2 User Guide, "View
+Capacity Blocks"; the CapacityReservation.State values of the EC2 API Reference);
+CancelCapacityReservation makes an ODCR ``cancelled`` (Capacity Blocks cannot be cancelled).
+``AvailableInstanceCount`` is the total minus the instances running in it: launches take slots,
+terminations give them back; "before a Capacity Block reservation begins, the available
+capacity appears as zero" (User Guide, "View Capacity Blocks").
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sandbox.aws.filters import matches, page, tags_for
 from sandbox.aws.render import Ec2Error
 
 LIVE_STATES = ("pending", "active")
+NOT_STARTED = ("payment-pending", "scheduled")  # a Capacity Block bought but not begun
 ID_PATTERN = re.compile(r"^cr-[0-9a-f]{17}$")
 
 
@@ -52,6 +57,7 @@ class Reservation:
     delivery_preference: str | None = None
     cancelled: bool = False
     instances: set[str] = field(default_factory=set)
+    payment_until: dt.datetime | None = None  # Capacity Blocks: payment-pending until then
 
     @property
     def arn(self) -> str:
@@ -63,6 +69,8 @@ class Reservation:
             return "cancelled"
         if self.end is not None and at >= self.end:
             return "expired"
+        if self.payment_until is not None and at < self.payment_until:
+            return "payment-pending"
         if self.start is not None and at < self.start:
             return "scheduled"
         if self.reservation_type == "default" and at < self.pending_until:

@@ -1,9 +1,10 @@
-"""Instance topology: three network-node layers per instance, deterministic, so that "which
-nodes are closest" has one answer.
+"""Instance topology: three network-node layers per instance (four on p6-b200/p6-b300),
+deterministic, so that "which nodes are closest" has one answer.
 
 Layer 1 (top) is shared by every instance in an AZ; layer 2 by the instances of one placement
-group (or, without a group, of one RunInstances call); layer 3 (the node that touches the
-instance) by consecutive instances of that group in launch order, ``pair_size`` at a time.
+group (or, without a group, of one RunInstances call); the bottom layer (the node that touches
+the instance) by consecutive instances of that group in launch order, ``pair_size`` at a time;
+on four-layer types layer 3 sits between, shared by the group as layer 2 is.
 Node ids are hashes of account, AZ and group, like EC2's per-account hashed ids.
 """
 
@@ -16,6 +17,10 @@ from typing import Any
 
 from sandbox.aws.filters import matches, page
 from sandbox.aws.render import Ec2Error
+
+# EC2 user guide, "Prerequisites for Amazon EC2 topology": p6-b200 and p6-b300 return 4 network
+# nodes; the other supported types (p5, p5e, p5en, ...) return 3.
+FOUR_LAYER_TYPES = frozenset({"p6-b200.48xlarge", "p6-b300.48xlarge"})
 
 
 @dataclass
@@ -41,14 +46,16 @@ class Topology:
         text = "|".join(str(p) for p in (self._account_id, *parts))
         return "nn-" + hashlib.sha256(text.encode()).hexdigest()[:17]
 
-    def assign(self, zone: str, group_key: str) -> list[str]:
+    def assign(self, zone: str, group_key: str, instance_type: str = "") -> list[str]:
         """Network nodes, top-down, for the next instance launched in ``group_key``."""
         index = self._launched.get((zone, group_key), 0)
         self._launched[(zone, group_key)] = index + 1
+        four = instance_type in FOUR_LAYER_TYPES
         return [
             self._node("layer1", zone),
             self._node("layer2", zone, group_key),
-            self._node("layer3", zone, group_key, index // self._pair_size),
+            *([self._node("layer3", zone, group_key)] if four else []),
+            self._node("layer4" if four else "layer3", zone, group_key, index // self._pair_size),
         ]
 
 

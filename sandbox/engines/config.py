@@ -1,18 +1,22 @@
 """What an engine command line means, once parsed: one shape for vLLM and SGLang.
 
-The KV protocol resolves like the real transfer engines do, silently:
+The KV protocol resolves like the real transfer engines do, silently (kv-path-proof.md):
 - Mooncake asks for EFA with ``mooncake_protocol: efa`` (vLLM kv_connector_extra_config) or
-  ``MOONCAKE_PROTOCOL=efa`` (env; SGLang); NIXL asks for it with the ``LIBFABRIC`` backend
-  (vLLM ``kv_connector_extra_config.backends`` or ``SGLANG_DISAGGREGATION_NIXL_BACKEND``).
-- The protocol is ``efa`` only if the config asks for it AND ``FI_PROVIDER=efa`` is in the
-  env AND the ``tcp_fallback`` fault is off. Anything else (NIXL's default UCX, Mooncake's
-  default rdma on a host without InfiniBand, libfabric picking its tcp provider) is ``tcp``,
-  with no error: only the start-up log lines and the metrics tell.
+  ``MOONCAKE_PROTOCOL=efa`` (env; SGLang). The EFA build installs its EFA transport; an image
+  with the generic wheel (the ``tcp_fallback`` fault) ignores the protocol, discovers 0 HCAs
+  and listens on TCP, with no error (transfer_engine_impl.cpp, tcp_transport.cpp).
+- NIXL asks for EFA with the ``LIBFABRIC`` backend (vLLM ``kv_connector_extra_config.backends``
+  or ``SGLANG_DISAGGREGATION_NIXL_BACKEND``). libfabric picks efa when the devices are there,
+  else tcp (``LibfabricUtils::getAvailableNetworkDevices``: cxi > efa > tcp > sockets), unless
+  ``FI_PROVIDER=efa`` pins it, which turns the fallback into a start-up failure. UCX, NIXL's
+  default, has no EFA transport here.
+Only the start-up log lines (NIXL's at ``NIXL_LOG_LEVEL=INFO``) and the node's EFA counters tell.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 CONNECTORS = {  # vLLM connector class -> (transfer library, mode)
@@ -35,22 +39,55 @@ class KvSpec:
     load_failure_policy: str = "fail"
 
     def resolve(self, env: dict[str, str], tcp_fallback: bool) -> str:
-        if self.asks_efa and env.get("FI_PROVIDER") == "efa" and not tcp_fallback:
-            return "efa"
-        return "tcp"
+        provider = env.get("FI_PROVIDER", "")
+        if not self.asks_efa or tcp_fallback:
+            return "tcp"
+        if self.library == "nixl" and provider not in ("", "efa"):
+            return "tcp"  # libfabric was told to use another provider
+        return "efa"
 
-    def startup_lines(self, protocol: str) -> list[str]:
+    def start_failure(self, env: dict[str, str], tcp_fallback: bool) -> str | None:
+        """Why the engine cannot start: NIXL's LIBFABRIC with FI_PROVIDER=efa and no usable EFA.
+        (The sandbox's wording; libfabric's own error names the provider the same way.)"""
+        if self.library == "nixl" and self.asks_efa and tcp_fallback and env.get("FI_PROVIDER") == "efa":
+            return ("NIXL LIBFABRIC backend: no fabric found for provider efa (FI_PROVIDER=efa): "
+                    "fi_getinfo: No data available")
+        return None
+
+    def startup_lines(self, protocol: str, env: dict[str, str], devices: int = 16) -> list[str]:
+        """The lines the transfer engine prints at start (sources in kv-path-proof.md), in the
+        glog/absl form of the C++ libraries (``I1202 08:00:00.000000 1 file.cpp:N] text``)."""
         if self.library == "mooncake":
-            return [f"Mooncake transfer engine protocol: {protocol}"]
-        lines = [f"Backend {self.backend} was instantiated"]
-        if self.backend == "LIBFABRIC":
-            lines.append(
-                "NIXL LIBFABRIC: using EFA device (libfabric) provider efa" if protocol == "efa"
-                else "NIXL LIBFABRIC: libfabric selected provider tcp"
-            )
-        else:
-            lines.append(f"NIXL {self.backend}: transports selected: {protocol}")
+            lines = []
+            if self.connector == "MooncakeConnector":  # vLLM mooncake_connector.py: the *requested* one
+                lines.append(f"The Mooncake Transfer Engine is using {self.backend} as its protocol.")
+            if protocol == "efa":
+                lines += [_glog("transfer_engine_impl.cpp", "Installing EFA transport as requested by protocol "
+                                                            "parameter"),
+                          _glog("efa_transport.cpp", "[EFA] AWS Elastic Fabric Adapter transport initialized")]
+                lines += [_glog("efa_transport.cpp", f"EfaTransport: Initialized EFA device {d}")
+                          for d in ("rdmap79s0", "rdmap80s0")[:devices]]
+                lines.append(_glog("transfer_engine_impl.cpp", "EFA transport installed successfully"))
+            else:  # the generic wheel: the protocol is ignored and auto-discovery finds no HCA
+                lines += [_glog("transfer_engine_impl.cpp", "Topology discovery complete. Found 0 HCAs."),
+                          _glog("tcp_transport.cpp", "TcpTransport: listen on port 15428")]
+            return lines
+        lines = [f"Backend {self.backend} was instantiated"]  # nixl/_api.py create_backend
+        if self.connector == "nixl":  # SGLang's NIXL KV manager
+            lines.insert(0, f"NIXL KVManager initialized with backend: {self.backend}")
+        verbose = env.get("NIXL_LOG_LEVEL", "WARN").upper() in ("INFO", "DEBUG", "TRACE")
+        if self.backend == "LIBFABRIC" and verbose:
+            if protocol == "efa":
+                lines += [_glog("libfabric_topology.cpp", f"Discovered {devices} EFA devices"),
+                          _glog("libfabric_rail_manager.cpp", f"Created {devices} rails using provider=efa")]
+            else:
+                lines += [_glog("libfabric_topology.cpp", "Discovered 1 tcp devices (TCP fallback)"),
+                          _glog("libfabric_rail_manager.cpp", "Created 1 rails using provider=tcp")]
         return lines
+
+
+def _glog(source: str, text: str) -> str:
+    return f"I{time.strftime('%m%d %H:%M:%S')}.000000 {os.getpid()} {source}:120] {text}"
 
 
 @dataclass

@@ -14,7 +14,7 @@ from aiohttp import web
 from sandbox.engines import tokenizer
 from sandbox.engines.kv import KvError, KvProducer, pull
 from sandbox.engines.settings import advertised_address
-from sandbox.engines.state import EngineState
+from sandbox.engines.state import EngineState, log
 from sandbox.engines.stream import Emitter
 
 
@@ -133,11 +133,12 @@ async def handle(state: EngineState, request: web.Request, chat: bool, producer:
         return e.response()
     cfg = state.cfg
     produce = bool(req.kv_params.get("do_remote_decode")) or (req.bootstrap is not None and cfg.role == "prefill")
-    remote = cfg.kv is not None and cfg.role != "prefill" and (
+    faults = state.settings.faults
+    # The recompute fault: a decode engine that ignores the prefill's KV and computes it again.
+    remote = cfg.kv is not None and cfg.role != "prefill" and not faults.recompute and (
         bool(req.kv_params.get("do_remote_prefill")) or req.bootstrap is not None)
     transfer_id = req.bootstrap[2] if req.bootstrap else uuid.uuid4().hex
     fail_now = state.next_is_error()
-    faults = state.settings.faults
     if fail_now and faults.error_mode == "http":
         state.metrics.inc("pdlift_sandbox_request_errors_total", reason="injected")
         if produce and producer:
@@ -160,6 +161,10 @@ async def handle(state: EngineState, request: web.Request, chat: bool, producer:
                 return ApiError(500, kv_error, "InternalServerError").response()
         if first_due is None:
             first_due = await _local_prefill(state, req, queued)
+            state.prompt_tokens("local_compute", req.prompt_tokens)
+        else:  # vLLM loads every prompt token but the last, which decode computes for its logits
+            state.prompt_tokens("external_kv_transfer", req.prompt_tokens - 1)
+            state.prompt_tokens("local_compute", 1)
         kv_out = None
         out_len, finish = _output_length(state, req, produce)
         if produce and producer:
@@ -195,10 +200,14 @@ async def _pull_kv(state: EngineState, req: GenRequest,
                 str(p.get("remote_request_id") or p.get("transfer_id")), False)
     state.metrics.inc(state.prefix + "external_prefix_cache_queries_total", req.prompt_tokens)
     try:
+        if state.settings.faults.kv_transfer_fail:
+            state.kv.failed("transfer")
+            raise KvError("transfer", "KV transfer failed: the transfer engine reported an error (injected fault)")
         info = await pull(session, state.cfg, state.kv, *args)
     except KvError as e:
-        if state.cfg.kv.load_failure_policy == "recompute":
-            state.kv.registry.inc("pdlift_sandbox_kv_recomputed_prefills_total")
+        log(f"KV load failed for request: {e}"
+            + (" (kv_load_failure_policy=recompute: recomputing)" if state.cfg.kv.load_failure_policy == "recompute"
+               else ""), "ERROR")
         return None, str(e)
     state.metrics.inc(state.prefix + "external_prefix_cache_hits_total", info["tokens"])
     return float(info["done_at"]) + float(info["transfer_s"]), ""

@@ -15,7 +15,7 @@ from sandbox.engines.config import EngineConfig
 from sandbox.engines.gpu_activity import Activity, publish
 from sandbox.engines.kv import KvProducer
 from sandbox.engines.settings import Settings, bind_address, identity
-from sandbox.engines.state import EngineState, KvCounters, log
+from sandbox.engines.state import EngineState, KvCounters, log, node_efa_devices
 
 
 def run_engine(cfg: EngineConfig) -> int:
@@ -24,6 +24,10 @@ def run_engine(cfg: EngineConfig) -> int:
     if crash:
         message = crash if isinstance(crash, str) else "engine failed to start (injected fault)"
         print(f"RuntimeError: {message}", file=sys.stderr, flush=True)
+        return 1
+    failure = cfg.kv.start_failure(cfg.env, settings.faults.tcp_fallback) if cfg.kv else None
+    if failure:
+        print(f"RuntimeError: {failure}", file=sys.stderr, flush=True)
         return 1
     return asyncio.run(_serve(cfg, settings))
 
@@ -37,8 +41,12 @@ def _startup_log(cfg: EngineConfig, protocol: str | None) -> None:
         log(f"server_args: model_path={cfg.model} tp_size={cfg.tp} pp_size={cfg.pp} dp_size={cfg.dp} "
             f"disaggregation_mode={cfg.role} kv_cache_dtype={cfg.kv_cache_dtype} page_size={cfg.block_size}")
     if cfg.kv and protocol:
-        for line in cfg.kv.startup_lines(protocol):
-            log(line)
+        devices = node_efa_devices()
+        for line in cfg.kv.startup_lines(protocol, cfg.env, devices):
+            if line.startswith("I") and "] " in line:
+                print(line, file=sys.stderr, flush=True)  # the C++ libraries log to stderr
+            else:
+                log(line)
     if not cfg.serves_api:
         log(f"Running in headless mode: node rank {cfg.group_rank} of {cfg.group_size} serves no API")
 
@@ -81,7 +89,7 @@ async def _announce_ready(cfg: EngineConfig, states: list[EngineState]) -> None:
 async def _serve(cfg: EngineConfig, settings: Settings) -> int:
     protocol = cfg.kv.resolve(cfg.env, settings.faults.tcp_fallback) if cfg.kv else None
     _startup_log(cfg, protocol)
-    counters = KvCounters(cfg, protocol or "none", exporter=not settings.faults.no_kv_exporter)
+    counters = KvCounters(cfg, protocol or "none")
     ports = cfg.api_ports or [cfg.port]
     activity = Activity()
     states = [EngineState(cfg, settings, counters, rank, port, activity) for rank, port in enumerate(ports)]

@@ -20,11 +20,19 @@ Faults (all off by default):
     slow_start_s: float          /health (and the API) answer 503 for this long after start
     exit_after_requests: int     the process exits (code 1) after serving this many requests
     exit_once: bool              ... only the first time for this pod (a marker in the state dir)
-    tcp_fallback: bool           the KV protocol resolves to tcp whatever the config asks
+    tcp_fallback: bool           the engine cannot use EFA (no devices in the pod, or a transfer
+                                 engine built without it): Mooncake falls back to TCP silently
+                                 (the generic wheels, kvcache-ai/Mooncake#2070), NIXL's LIBFABRIC
+                                 picks libfabric's tcp provider, or with FI_PROVIDER=efa fails to
+                                 start (kv-path-proof.md, finding 1); the EFA counters stay flat
     error_rate: float            this fraction of requests fail (deterministic: every 1/rate-th)
     error_mode: "http" | "stream"  HTTP 500 before streaming, or an error event after token 1
-    no_kv_exporter: bool         a stock image: no pdlift_sandbox_kv_* counters, only the engine's
-                                 own metrics (vLLM's vllm:nixl_* and external prefix cache counters)
+    recompute: bool              decode recomputes the prefill instead of loading the KV (a
+                                 decode started without the connector): local_compute grows by
+                                 the prompt, no KV moves, the answer is the same, only slower
+    kv_transfer_fail: bool       every KV transfer to this decode engine fails (counted by the
+                                 engine's failure counters; with kv_load_failure_policy "fail"
+                                 or on SGLang the request gets HTTP 500)
 """
 
 from __future__ import annotations
@@ -57,7 +65,8 @@ class Faults:
     tcp_fallback: bool = False
     error_rate: float = 0.0
     error_mode: str = "http"
-    no_kv_exporter: bool = False
+    recompute: bool = False
+    kv_transfer_fail: bool = False
 
     @classmethod
     def from_dict(cls, data: dict) -> "Faults":

@@ -8,11 +8,13 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from sandbox.engines.config import EngineConfig
 from sandbox.engines.gpu_activity import Activity
 from sandbox.engines.metrics import BYTE_BUCKETS, Registry
-from sandbox.engines.settings import Settings, sandbox_dir
+from sandbox.engines.settings import Settings, sandbox_dir, state_dir
+from sandbox.nodes import efa_counters
 
 
 def log(message: str, level: str = "INFO") -> None:
@@ -21,52 +23,55 @@ def log(message: str, level: str = "INFO") -> None:
     print(f"{level} {stamp} [sandbox] {message}", flush=True)
 
 
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+
+
 class KvCounters:
-    """Process-wide KV transfer counters, shared by every rank of the process.
+    """Process-wide KV transfer counters, shared by every rank of the process: only what stock
+    engines export, and the node's EFA device counters (sandbox/nodes/efa_counters.py).
 
-    Three sets: pdlift's KV-transfer exporter (``pdlift_sandbox_kv_*``, by direction and protocol;
-    absent from a stock image, the ``no_kv_exporter`` fault); what vLLM itself exports for its
-    NIXL connector, on the side that reads the KV (decode): ``vllm:nixl_bytes_transferred`` and
-    ``vllm:nixl_xfer_time_seconds`` histograms, ``vllm:nixl_num_failed_transfers_total``; and what
-    SGLang exports on the prefill side (``--enable-metrics``; collector.py): the
-    ``sglang:per_stage_req_latency_seconds{stage="prefill_transfer_kv_cache"}`` histogram and the
-    last transfer's ``sglang:kv_transfer_latency_ms``/``kv_transfer_total_mb`` (MiB)/
-    ``kv_transfer_speed_gb_s`` gauges (docs/sources.md#engine-metrics)."""
+    - vLLM with NixlConnector, on the side that reads the KV (decode; ``nixl/stats.py``,
+      ``NixlPromMetrics``): ``vllm:nixl_bytes_transferred`` and ``vllm:nixl_xfer_time_seconds``
+      histograms, ``vllm:nixl_num_failed_transfers_total``. vLLM's MooncakeConnector exports no
+      connector metrics (``mooncake/stats.py``: "TODO(mooncake-stats): add MooncakePromMetrics").
+    - SGLang with ``--enable-metrics`` (``observability/metrics_collector.py``):
+      ``sglang:per_stage_req_latency_seconds`` with stage ``prefill_transfer_kv_cache`` on the
+      prefill and ``decode_transferred`` on the decode, ``sglang:num_transfer_failed_reqs_total``
+      and ``sglang:num_bootstrap_failed_reqs_total`` on both, and on the prefill the last
+      transfer's ``sglang:kv_transfer_latency_ms``/``kv_transfer_total_mb`` (MiB)/
+      ``kv_transfer_speed_gb_s`` gauges (docs/sources.md#engine-metrics).
+    - The node's EFA counters move only when the KV goes over efa (kv-path-proof.md): a read
+      (vLLM's NixlConnector pulls) or a write (Mooncake, NixlPushConnector, SGLang's NIXL)."""
 
-    def __init__(self, cfg: EngineConfig, protocol: str, exporter: bool = True):
+    def __init__(self, cfg: EngineConfig, protocol: str):
         self.protocol = protocol
         self.registry = Registry()
-        self.exporter = exporter and cfg.kv is not None
-        self.native_nixl = cfg.engine == "vllm" and cfg.kv is not None and cfg.kv.library == "nixl"
         r = self.registry
-        if self.exporter:
-            r.counter("pdlift_sandbox_kv_transfer_bytes_total", "KV cache bytes moved between prefill and decode.")
-            r.counter("pdlift_sandbox_kv_transfers_total", "KV cache transfers (one per request).")
-            r.counter("pdlift_sandbox_kv_transfer_seconds_total", "Time spent moving KV cache.")
-            r.counter("pdlift_sandbox_kv_transfer_failures_total", "KV transfers that failed, by reason.")
-            r.counter("pdlift_sandbox_kv_recomputed_prefills_total", "Prefills a decode engine recomputed.")
-            kv = cfg.kv
-            info = [({"library": kv.library, "backend": kv.backend, "protocol": protocol}, 1.0)]
-            r.gauge("pdlift_sandbox_kv_protocol_info", "The KV transfer protocol this engine resolved.", lambda: info)
-            for direction in ("sent", "received"):  # present from the start, as zeros
-                r.inc("pdlift_sandbox_kv_transfer_bytes_total", 0, direction=direction, protocol=protocol)
-                r.inc("pdlift_sandbox_kv_transfers_total", 0, direction=direction, protocol=protocol)
-        self.native_sglang = cfg.engine == "sglang" and cfg.kv is not None and cfg.role == "prefill" \
-            and cfg.metrics_enabled
+        kv = cfg.kv
+        self.native_nixl = cfg.engine == "vllm" and kv is not None and kv.library == "nixl"
+        reads = cfg.engine == "vllm" and kv is not None and kv.connector == "NixlConnector"
+        self.efa_counters = efa_counters.READ if reads else efa_counters.WRITE
+        self.node_dir = node_dir()
+        self.native_sglang = cfg.engine == "sglang" and kv is not None and cfg.metrics_enabled
         if self.native_sglang:
-            labels = {"model_name": cfg.served_names[0], "engine_type": "prefill", "tp_rank": "0", "pp_rank": "0",
+            labels = {"model_name": cfg.served_names[0], "engine_type": cfg.role, "tp_rank": "0", "pp_rank": "0",
                       "moe_ep_rank": "0"}
             self.sglang_labels = labels
             self.last_transfer = (0.0, 0.0)  # (ms, MiB); the gauges read 0 until the first transfer
             r.histogram("sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
                         labelled=True)
-            r.gauge("sglang:kv_transfer_latency_ms", "The transfer latency of the KV cache in ms.",
-                    lambda: [(labels, self.last_transfer[0])])
-            r.gauge("sglang:kv_transfer_total_mb", "The total number of tokens transferred in the KV cache.",
-                    lambda: [(labels, self.last_transfer[1])])
-            r.gauge("sglang:kv_transfer_speed_gb_s", "The transfer speed of the KV cache in GB/s.",
-                    lambda: [(labels, self.last_transfer[1] / 1024 / (self.last_transfer[0] / 1000.0)
-                              if self.last_transfer[0] else 0.0)])
+            r.counter("sglang:num_transfer_failed_reqs_total", "The number of transfer failed requests.")
+            r.counter("sglang:num_bootstrap_failed_reqs_total", "The number of bootstrap failed requests.")
+            r.inc("sglang:num_transfer_failed_reqs_total", 0, **labels)
+            r.inc("sglang:num_bootstrap_failed_reqs_total", 0, **labels)
+            if cfg.role == "prefill":
+                r.gauge("sglang:kv_transfer_latency_ms", "The transfer latency of the KV cache in ms.",
+                        lambda: [(labels, self.last_transfer[0])])
+                r.gauge("sglang:kv_transfer_total_mb", "The total number of tokens transferred in the KV cache.",
+                        lambda: [(labels, self.last_transfer[1])])
+                r.gauge("sglang:kv_transfer_speed_gb_s", "The transfer speed of the KV cache in GB/s.",
+                        lambda: [(labels, self.last_transfer[1] / 1024 / (self.last_transfer[0] / 1000.0)
+                                  if self.last_transfer[0] else 0.0)])
         if self.native_nixl:
             r.histogram("vllm:nixl_bytes_transferred", "Bytes transferred per NIXL KV Cache transfer.", BYTE_BUCKETS)
             r.histogram("vllm:nixl_xfer_time_seconds", "Transfer duration for NIXL KV Cache transfers.")
@@ -75,21 +80,42 @@ class KvCounters:
 
     def moved(self, direction: str, protocol: str, nbytes: int, seconds: float) -> None:
         r = self.registry
-        r.inc("pdlift_sandbox_kv_transfer_bytes_total", nbytes, direction=direction, protocol=protocol)
-        r.inc("pdlift_sandbox_kv_transfers_total", 1, direction=direction, protocol=protocol)
-        r.inc("pdlift_sandbox_kv_transfer_seconds_total", seconds, direction=direction, protocol=protocol)
+        if protocol == "efa" and self.node_dir is not None:
+            efa_counters.add(self.node_dir, self.efa_counters[0 if direction == "sent" else 1], nbytes)
         if self.native_nixl and direction == "received":
             r.observe("vllm:nixl_bytes_transferred", nbytes)
             r.observe("vllm:nixl_xfer_time_seconds", seconds)
-        if self.native_sglang and direction == "sent":
-            r.observe("sglang:per_stage_req_latency_seconds", seconds, **self.sglang_labels,
-                      stage="prefill_transfer_kv_cache")
-            self.last_transfer = (seconds * 1000.0, nbytes / float(1 << 20))
+        if self.native_sglang:
+            stage = "prefill_transfer_kv_cache" if direction == "sent" else "decode_transferred"
+            r.observe("sglang:per_stage_req_latency_seconds", seconds, **self.sglang_labels, stage=stage)
+            if direction == "sent":
+                self.last_transfer = (seconds * 1000.0, nbytes / float(1 << 20))
 
     def failed(self, reason: str) -> None:
-        self.registry.inc("pdlift_sandbox_kv_transfer_failures_total", 1, reason=reason)
         if self.native_nixl:
             self.registry.inc("vllm:nixl_num_failed_transfers_total", 1)
+        if self.native_sglang:
+            name = ("sglang:num_bootstrap_failed_reqs_total" if reason in ("not_found", "unreachable")
+                    else "sglang:num_transfer_failed_reqs_total")
+            self.registry.inc(name, 1, **self.sglang_labels)
+
+
+def node_efa_devices() -> int:
+    """How many EFA devices the engine's node has (16, a p5en's, off a node)."""
+    where = node_dir()
+    root = efa_counters.sys_dir(where) if where else None
+    found = len(list(root.glob("rdmap*"))) if root is not None and root.is_dir() else 0
+    return found or 16
+
+
+def node_dir() -> Path | None:
+    """The sandbox node this engine runs on: ``PDLIFT_SANDBOX_NODE_DIR``, or the node directory
+    behind the pod's Kubernetes node (``PDLIFT_SANDBOX_NODE``, set by the kubelet stand-in)."""
+    explicit = os.environ.get("PDLIFT_SANDBOX_NODE_DIR")
+    if explicit:
+        return Path(explicit)
+    kube_node = os.environ.get("PDLIFT_SANDBOX_NODE")
+    return efa_counters.node_dir_of(kube_node, state_dir()) if kube_node else None
 
 
 class EngineState:
@@ -148,6 +174,10 @@ class EngineState:
         if self.cfg.spec_tokens:
             self._spec_decode_metrics(r)
         r.counter(p + "prompt_tokens_total", "Prompt tokens processed.")
+        if self.cfg.engine == "vllm":  # vllm/v1/metrics/loggers.py (vllm#33290), zeros from the start
+            r.counter("vllm:prompt_tokens_by_source_total", "Number of prompt tokens by source.")
+            for source in PROMPT_SOURCES:
+                r.inc("vllm:prompt_tokens_by_source_total", 0, source=source)
         r.counter(p + "generation_tokens_total", "Tokens generated.")
         r.counter(p + "request_success_total", "Finished requests, by reason.")
         r.counter(p + "external_prefix_cache_queries_total", "Prompt tokens looked up in the KV connector.")
@@ -168,6 +198,11 @@ class EngineState:
                     lambda: [({}, self.spec_last[0])])
             r.gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
                     lambda: [({}, self.spec_last[1])])
+
+    def prompt_tokens(self, source: str, n: int) -> None:
+        """Where a request's prompt tokens came from: computed here, or loaded over the connector."""
+        if self.cfg.engine == "vllm" and n > 0:
+            self.metrics.inc("vllm:prompt_tokens_by_source_total", n, source=source)
 
     def drafted(self, steps: int) -> None:
         """A request's ``steps`` decode steps, each drafting ``spec_tokens`` tokens of which the

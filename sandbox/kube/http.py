@@ -16,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox.kube import errors, openapi, resources, tables
+from sandbox.kube import errors, openapi, protobuf, resources, tables
 from sandbox.kube.auth import TokenRejected
 from sandbox.kube.selectors import FieldSelector, LabelSelector
 
@@ -104,6 +104,8 @@ class Handler(BaseHTTPRequestHandler):
     def _json_body(self, raw: bytes):
         if not raw:
             return {}
+        if protobuf.is_protobuf(self.headers.get("Content-Type", "")):
+            return protobuf.decode(raw)  # kubectl's typed clients (kubectl create ..., kubectl run)
         try:
             return json.loads(raw)
         except ValueError:

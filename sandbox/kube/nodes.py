@@ -20,6 +20,9 @@ NODES = resources.lookup("", "v1", "nodes")
 JOIN_ANNOTATION = "sandbox.pdlift.io/join-record"
 RECORD_HASH = "sandbox.pdlift.io/record-hash"
 SYSTEM_NODE = "sandbox-system"
+# A kubelet reports every hugepage size the CPU supports, "0" for a size the kernel holds no
+# preallocated pages of (Kubernetes "Manage HugePages"); a record's allocatable says what its
+# node preallocated (sandbox/nodes/profiles.py HUGEPAGES_2MI, node fault hugepages_2mi).
 _DEFAULT_ALLOCATABLE = {"cpu": "191450m", "memory": "2000Gi", "pods": "110",
                         "ephemeral-storage": "28Ti", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
 _UNREACHABLE = "node.kubernetes.io/unreachable"

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.nodes import profiles, records, sshd
+from sandbox.nodes import efa_counters, profiles, records, sshd
 from sandbox.nodes.records import ensure_client_key
 from sandbox.nodes.tools import faults as node_faults
 
@@ -107,6 +107,7 @@ class NodeManager:
             faults = node_faults.for_node(self.state_dir, address, instance_id)
             keys = sshd.generate_host_keys(node_dir, f"root@{hostname}")
             records.write_wrappers(bin_dir, node_dir, instance_id)
+            efa_counters.create(node_dir, profiles.profile(instance_type)["efa_devices"])
             env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "PDLIFT_SANDBOX_NODE": instance_id,
                    "PDLIFT_SANDBOX_NODE_DIR": str(node_dir), "PDLIFT_SANDBOX_ADDRESS": address,
                    "PDLIFT_SANDBOX_NVME": self.nvme_mount if self.namespaced else str(nvme_dir)}
@@ -268,7 +269,8 @@ class NodeManager:
         overlay = sshd.overlay_dir(self.nvme_mount, [self.state_dir, self.authorized_keys, records.TOOLS_DIR])
         node.proc = sshd.launch(config=node.config, log=log, namespaced=self.namespaced, overlay=overlay,
                                 mount_point=self.nvme_mount, nvme_dir=b.nvme_dir, nvme_size_mb=node.nvme_size_mb,
-                                hostname=b.hostname.split(".")[0])
+                                hostname=b.hostname.split(".")[0],
+                                sys_class=efa_counters.sys_dir(b.node_dir).parent)
         try:
             pid = sshd.wait_ready(node.proc, b.address, self.ssh_port, log, self.namespaced)
         except sshd.SshdError:

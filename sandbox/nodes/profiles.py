@@ -48,13 +48,22 @@ PROFILES: dict[str, dict] = {
 
 DEFAULT_INSTANCE_TYPE = "p5en.48xlarge"
 
+# The 2 MiB hugepages a node preallocates at boot. The kubelet reports hugepages-<size> only as
+# the kernel holds them ("huge pages must be pre-allocated"; Kubernetes "Manage HugePages"; EKS
+# user guide "Configure hugepages in Amazon EKS clusters"): the EFA installer on the EKS
+# accelerated AMI reserves a pool for libfabric (ofiwg/libfabric#9739: "If you have EFA installer
+# installed on your instance, you should be able to see there are huge page reserved"). A node
+# without that pool (fault hugepages_2mi: "0") reports 0 and engine pods cannot schedule on it.
+HUGEPAGES_2MI = "10Gi"
+
 
 def profile(instance_type: str) -> dict:
     """The profile of `instance_type`; unknown types get the p5en shape (the sandbox's only GPU)."""
     return dict(PROFILES.get(instance_type, PROFILES[DEFAULT_INSTANCE_TYPE]))
 
 
-def allocatable(prof: dict, efa_devices: int, gpus: int, max_pods: int) -> dict[str, str]:
+def allocatable(prof: dict, efa_devices: int, gpus: int, max_pods: int,
+                hugepages_2mi: str = HUGEPAGES_2MI) -> dict[str, str]:
     """Node allocatable as the kubelet on an EKS GPU node would report it."""
     reserved_cpu_m = 550  # EKS AMI kube-reserved at 192 vCPU, roughly
     return {
@@ -62,7 +71,7 @@ def allocatable(prof: dict, efa_devices: int, gpus: int, max_pods: int) -> dict[
         "memory": f"{(prof['memory_gib'] - 18) * 1024 * 1024}Ki",
         "ephemeral-storage": "95491281146",
         "hugepages-1Gi": "0",
-        "hugepages-2Mi": "10Gi",
+        "hugepages-2Mi": hugepages_2mi,
         "nvidia.com/gpu": str(gpus),
         "vpc.amazonaws.com/efa": str(efa_devices),
         "pods": str(max_pods),

@@ -121,7 +121,8 @@ def join_record(*, instance_id: str, address: str, hostname: str, instance_type:
     })
     if zone:
         labels["topology.kubernetes.io/zone"] = zone
-    for layer, network_node in enumerate(network_nodes[:3], start=1):
+    # EKS labels every layer DescribeInstanceTopology returns (3 on p5en, 4 on p6-b200).
+    for layer, network_node in enumerate(network_nodes, start=1):
         labels[f"topology.k8s.aws/network-node-layer-{layer}"] = network_node
     gpus = int(faults.get("gpus", prof["gpus"]))
     efa = min(int(faults.get("efa_devices", len(prof["efa_devices"]))), len(prof["efa_devices"]))
@@ -132,7 +133,8 @@ def join_record(*, instance_id: str, address: str, hostname: str, instance_type:
         "cluster": join.cluster,
         "labels": labels,
         "taints": list(join.taints),
-        "allocatable": profiles.allocatable(prof, efa, gpus, join.max_pods or 110),
+        "allocatable": profiles.allocatable(prof, efa, gpus, join.max_pods or 110,
+                                            str(faults.get("hugepages_2mi", profiles.HUGEPAGES_2MI))),
     }
 
 

@@ -27,11 +27,24 @@ SSHD = "/usr/sbin/sshd"
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 KEY_TYPES = ("ed25519", "ecdsa")
 
-# $1 overlay dir ("" = none), $2 mount point, $3 NVMe dir, $4 size MB ("" = bind), $5 hostname, $6 config
+# $1 overlay dir ("" = none), $2 mount point, $3 NVMe dir, $4 size MB ("" = bind), $5 hostname, $6 config,
+# $7 the node's sys/class dir holding its EFA counters ("" = none; sandbox/nodes/efa_counters.py).
+# /sys/class/infiniband: a tmpfs covers /sys/class in the node's mount namespace, every host
+# entry is bound back into it (their relative links into /sys/devices still resolve), and the
+# node's own infiniband directory is bound beside them.
 NAMESPACE_SCRIPT = r"""set -e
 if [ -n "$1" ]; then mount -t tmpfs -o size=16m,mode=755 pdlift-private "$1"; fi
 mkdir -p "$2"
 if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=755" pdlift-nvme "$2"; else mount --bind "$3" "$2"; fi
+if [ -n "$7" ] && [ -d "$7/infiniband" ]; then
+  mkdir -p "$7/.host"
+  mount --bind /sys/class "$7/.host"
+  mount -t tmpfs -o size=1m,mode=755 pdlift-sysclass /sys/class
+  for d in "$7"/.host/*; do n=${d##*/}; mkdir -p "/sys/class/$n"; mount --bind "$d" "/sys/class/$n"; done
+  mkdir -p /sys/class/infiniband
+  mount --bind "$7/infiniband" /sys/class/infiniband
+  umount -l "$7/.host"
+fi
 hostname "$5"
 exec /usr/sbin/sshd -D -e -f "$6"
 """
@@ -130,14 +143,15 @@ def overlay_dir(mount_point: str, keep_visible: list[Path]) -> str:
 
 
 def launch(*, config: Path, log: Path, namespaced: bool, overlay: str, mount_point: str, nvme_dir: Path,
-           nvme_size_mb: int | None, hostname: str) -> subprocess.Popen:
+           nvme_size_mb: int | None, hostname: str, sys_class: Path | None = None) -> subprocess.Popen:
     try:
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation dir (when root)
     except PermissionError:
         pass
     if namespaced:
         argv = [*UNSHARE, "--", "/bin/sh", "-c", NAMESPACE_SCRIPT,
-                "sh", overlay, mount_point, str(nvme_dir), str(nvme_size_mb or ""), hostname, str(config)]
+                "sh", overlay, mount_point, str(nvme_dir), str(nvme_size_mb or ""), hostname, str(config),
+                str(sys_class or "")]
     else:
         argv = [SSHD, "-D", "-e", "-f", str(config)]
     with open(log, "ab") as fh:

@@ -50,11 +50,11 @@ def translate(e: BaseException, what: str, zone: str | None = None) -> PdliftErr
     if isinstance(e, ClientError):
         code = error_code(e)
         message = e.response.get("Error", {}).get("Message", "")
-        action = classify(code)
+        action = classify(code, message)
         text = f"{what}: {code}: {message}".rstrip(": ")
         if action is Action.RETRY:
             return ApiThrottled(text) if code in THROTTLING else RemoteUnavailable(text)
-        if action is Action.FAIL_OVER:
+        if action in (Action.FAIL_OVER, Action.WAIT_START):  # no capacity here, or not yet
             return CapacityUnavailable(text, zone=zone, code=code)
         if action is Action.GONE:
             return ResourceGone(text)
@@ -62,8 +62,8 @@ def translate(e: BaseException, what: str, zone: str | None = None) -> PdliftErr
             return CapacityUnavailable(text + " (reservation slots may still be freeing after a terminate)",
                                        zone=zone, code=code)
         if action is Action.FIX_INPUT:
-            return ConfigError(f"{text}. Fix: {fix_for(code)}")
-        return RequestRejected(f"{text}. Fix: {fix_for(code)}", code=code)
+            return ConfigError(f"{text}. Fix: {fix_for(code, message)}")
+        return RequestRejected(f"{text}. Fix: {fix_for(code, message)}", code=code)
     if isinstance(e, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
         return ConfigError(f"{what}: no usable AWS credentials ({type(e).__name__}); set a profile, an instance "
                            "role or the AWS_* environment")

@@ -28,6 +28,13 @@ class Reservation:
     placement_group_arn: str
     end_date: dt.datetime | None
     tags: dict[str, str]
+    start_date: dt.datetime | None = None  # a Capacity Block is unusable before it
+
+    @property
+    def placement_group(self) -> str | None:
+        """The name of the cluster placement group the reservation is in (the ARN ends in
+        ``placement-group/NAME``), or None."""
+        return self.placement_group_arn.rsplit("/", 1)[-1] if self.placement_group_arn else None
 
     @property
     def usable(self) -> bool:
@@ -40,7 +47,7 @@ def _reservation(r: dict) -> Reservation:
         r["CapacityReservationId"], r.get("AvailabilityZone", ""), r.get("InstanceType", ""),
         r.get("State", ""), int(r.get("TotalInstanceCount", 0)), int(r.get("AvailableInstanceCount", 0)),
         r.get("Tenancy", "default"), r.get("ReservationType", "default"), r.get("PlacementGroupArn", ""),
-        r.get("EndDate"), {t["Key"]: t["Value"] for t in r.get("Tags", [])})
+        r.get("EndDate"), {t["Key"]: t["Value"] for t in r.get("Tags", [])}, r.get("StartDate"))
 
 
 class Ec2Capacity:
@@ -181,8 +188,18 @@ class Ec2Capacity:
         return bool(out.get("Return", True))
 
     def capacity_block_offerings(self, request: dict) -> list[dict]:
-        out = call(self._d.describe_capacity_block_offerings, "DescribeCapacityBlockOfferings", **request)
-        return out.get("CapacityBlockOfferings", [])
+        """Every offering, across all pages: the earliest one may be on any page (NextToken, as
+        botocore's DescribeCapacityBlockOfferings paginator follows it)."""
+        found: list[dict] = []
+        token = None
+        for _ in range(100):  # bounded: EC2 offers a handful per search
+            page = call(self._d.describe_capacity_block_offerings, "DescribeCapacityBlockOfferings",
+                        **request, **({"NextToken": token} if token else {}))
+            found += page.get("CapacityBlockOfferings", [])
+            token = page.get("NextToken")
+            if not token:
+                break
+        return found
 
     def purchase_capacity_block(self, request: dict) -> Reservation:
         out = call(self._c.purchase_capacity_block, "PurchaseCapacityBlock", attempts=1, **request)

@@ -19,6 +19,9 @@ class NodeRecord:
     labels: dict[str, str]
     ready: bool
     allocatable: dict[str, str]
+    # The node's InternalIP (status.addresses): where its sshd answers on a cluster pdlift did
+    # not launch. Empty when the kubelet did not report one.
+    address: str = ""
 
 
 def instance_id_of(provider_id: str) -> str:
@@ -44,11 +47,13 @@ class KubeNodes:
             raise translate(e, f"label node {name}") from e
 
     def namespaces(self, label_selector: str) -> list[str]:
+        """The matching namespaces that are not being deleted: a deleted namespace stays listed,
+        Terminating, until the namespace controller has emptied it, and is released already."""
         try:
             items = self._core.list_namespace(label_selector=label_selector, _request_timeout=30).items
         except (ApiException, HTTPError, OSError) as e:
             raise translate(e, "list namespaces") from e
-        return [n.metadata.name for n in items]
+        return [n.metadata.name for n in items if not n.metadata.deletion_timestamp]
 
     def delete_namespace(self, name: str) -> None:
         """Deleting an absent namespace returns silently."""
@@ -69,4 +74,5 @@ def _record(n) -> NodeRecord:
         labels=dict(n.metadata.labels or {}),
         ready=conditions.get("Ready") == "True",
         allocatable=dict(n.status.allocatable or {}),
+        address=next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), ""),
     )

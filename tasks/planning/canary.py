@@ -1,24 +1,30 @@
-"""Prove the KV data path: one long-prompt request through the candidate's router, judged by metrics.
+"""Prove the KV data path: one long, unique prompt through the candidate's router, judged by what
+stock engines and the EFA devices count. Pure.
 
-A wrong transfer setting silently falls back to TCP and TTFT regresses (docs/sources.md#efa-tcp-fallback), so
-the config is not evidence. Evidence is what the engines count while the canary runs:
+A wrong transfer setting silently falls back to TCP and TTFT regresses (docs/sources.md#efa-tcp-fallback),
+so the configuration is not evidence. Three kinds of evidence are, each from something a real
+p5en node and a stock engine image have (kv-path-proof.md):
 
-- the prefill leader's KV bytes *sent* and the decode leader's KV bytes *received* both moved,
-  over the protocol the blueprint asks for (``protocol="efa"``), and none moved over another;
-- the decode engine recomputed no prefill (a failed pull that falls back to recomputing still
-  answers the request, only slower);
-- the time to first token stays under a sanity bound.
+1. **The fabric's own counters** (``protocol: efa``): the EFA device byte counters of the prefill
+   nodes and of the decode nodes (``/sys/class/infiniband/rdmap*/ports/1/hw_counters/``, summed
+   over the devices) each grow by at least ``MIN_FABRIC_SHARE`` x the canary's KV bytes (the
+   model's KV bytes per token x the prompt). KV over TCP leaves them flat: it goes through ENA.
+2. **The engine counted a load, not a recompute.**
+   - vLLM: decode's ``vllm:prompt_tokens_by_source_total`` grows with ``source="external_kv_transfer"``
+     for all of the prompt but at most one block, which it may compute (``local_compute``), and
+     ``vllm:nixl_num_failed_transfers`` / ``vllm:mooncake_num_failed_transfers`` (where the build
+     has them) do not move.
+   - SGLang (``--enable-metrics``): the ``sglang:per_stage_req_latency_seconds`` counts of
+     ``prefill_transfer_kv_cache`` (prefill) and ``decode_transferred`` (decode) each grow, and
+     ``sglang:num_transfer_failed_reqs_total`` / ``num_bootstrap_failed_reqs_total`` do not.
+   The prompt starts with a nonce, so no prefix cache can answer for the transfer.
+3. **The transport the engines' logs name** (``protocol: efa``): NIXL's LIBFABRIC backend at
+   ``NIXL_LOG_LEVEL=INFO`` logs "Created N rails using provider=efa" ("Backend LIBFABRIC was
+   instantiated" alone does not prove EFA: libfabric falls back to tcp); Mooncake's EFA build logs
+   "EFA transport installed successfully", while the generic wheels (built without EFA) log
+   "TcpTransport: listen on port" or "Installing TCP transport".
 
-The counters are read by suffix, ``*kv_transfer_bytes_total{direction, protocol}`` and
-``*kv_recomputed_prefills_total``, from the KV-transfer exporter on each engine's metrics port.
-
-A stock vLLM image with a NIXL connector has no such exporter, but counts for itself on the
-side that reads the KV (decode): ``vllm:nixl_bytes_transferred`` (a histogram; its ``_sum``),
-``vllm:nixl_num_failed_transfers_total``, and the external prefix cache queries and hits (prompt
-tokens looked up in, and loaded from, the prefill). Those metrics cannot name the transport, so
-the engines' start-up logs do (docs/sources.md#kv-transport-log: "Backend LIBFABRIC was instantiated" or "EFA device
-(libfabric)" for EFA; NIXL's UCX backend has no EFA transport). An engine with neither kind of
-evidence fails the canary: without a count there is no proof.
+An engine with no evidence of a kind fails the canary: without a count there is no proof.
 """
 
 from __future__ import annotations
@@ -30,21 +36,55 @@ from dataclasses import dataclass
 
 from tasks.parsing.prometheus import Sample
 
-KV_BYTES_SUFFIX = "kv_transfer_bytes_total"
-RECOMPUTED_SUFFIX = "kv_recomputed_prefills_total"
-NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
-NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
-PREFIX_QUERIES = "external_prefix_cache_queries_total"
-PREFIX_HITS = "external_prefix_cache_hits_total"
-# "provider efa", "provider: tcp", "selected provider is tcp;ofi_rxm", "provider=sockets"
-_PROVIDER_NAMED = re.compile(r"provider(?: is)?[:=]?\s+([a-z0-9_]+(?:;[a-z0-9_]+)?)")
-# Below this share of the prompt loaded from the prefill, the decode engine recomputed the rest.
-MIN_LOADED_SHARE = 0.9
+# Below this share of the canary's KV on the EFA counters, the KV did not go over EFA.
+MIN_FABRIC_SHARE = 0.9
 DEFAULT_TOKENS = 16384
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+VLLM_FAILED = ("vllm:nixl_num_failed_transfers", "vllm:mooncake_num_failed_transfers")
+SGLANG_STAGES = "sglang:per_stage_req_latency_seconds_count"
+SGLANG_STAGE = {"prefill": "prefill_transfer_kv_cache", "decode": "decode_transferred"}
+SGLANG_FAILED = ("sglang:num_transfer_failed_reqs_total", "sglang:num_bootstrap_failed_reqs_total")
+MOONCAKE_EFA_BUILD = ("the image needs the EFA build of the Mooncake Transfer Engine (mooncake-transfer-engine-efa "
+                      "or -efa-cuda13; the generic wheels are built without EFA)")
+_NIXL_RAILS = re.compile(r"Created (\d+) rails using provider=([a-z0-9_]+)")
+_NIXL_TCP = re.compile(r"Discovered \d+ (?:tcp|sockets) devices \(TCP fallback\)")
+_MOONCAKE_EFA = "EFA transport installed successfully"
+_MOONCAKE_TCP = ("Installing TCP transport", "TcpTransport: listen on port", "MC_FORCE_TCP is set")
 # Common one-token English words: the prompt's length in tokens is close to its word count
 # under any BPE tokenizer, and no two canaries share a prefix (a nonce comes first).
 _WORDS = ("the model reads a long prompt and the cache moves from prefill to decode over the fabric "
           "while each node keeps its own copy of the weights on local disk").split()
+ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """What the blueprint says the canary should see."""
+    engine: str              # vllm | sglang
+    connector: str           # mooncake | nixl
+    protocol: str            # efa | tcp
+    prompt_tokens: int
+    kv_bytes: float          # the canary's KV: the model's KV bytes per token x prompt_tokens
+    block_size: int
+    ttft_bound_s: float
+
+
+@dataclass(frozen=True)
+class RoleEvidence:
+    """One role's leaders' metrics before and after the canary, their engine log, and the EFA
+    byte counters of every node the role runs on, summed (None: they could not be read)."""
+    before: list[Sample]
+    after: list[Sample]
+    log: str = ""
+    fabric_before: int | None = None
+    fabric_after: int | None = None
+    fabric_note: str = ""    # why the counters could not be read
+
+    @property
+    def fabric_moved(self) -> int | None:
+        if self.fabric_before is None or self.fabric_after is None:
+            return None
+        return self.fabric_after - self.fabric_before
 
 
 @dataclass(frozen=True)
@@ -52,25 +92,24 @@ class CanaryReport:
     prompt_tokens: int
     ttft_s: float
     ttft_bound_s: float
-    prefill_sent: dict[str, float]  # protocol -> bytes moved during the canary
-    decode_received: dict[str, float]
-    recomputed: float
+    kv_bytes: float
+    fabric_moved: dict[str, int | None]  # role -> EFA bytes counted during the canary
+    loaded_tokens: float     # prompt tokens decode loaded over the connector (vLLM), transfers (SGLang)
+    computed_tokens: float   # prompt tokens decode computed itself (vLLM)
+    transport: dict[str, str]  # role -> what the logs name ("efa", "tcp", "" unknown)
     problems: tuple[str, ...]
-    evidence: str = "exporter"      # or "vllm-nixl": vLLM's own NIXL metrics, on the side that drives it
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def summary(self) -> str:
-        moved = ", ".join(f"prefill sent {_fmt(v)} over {k}" for k, v in sorted(self.prefill_sent.items()) if v)
-        got = ", ".join(f"decode received {_fmt(v)} over {k}" for k, v in sorted(self.decode_received.items()) if v)
-        if self.evidence == "vllm-nixl":
-            moved = "counted by vLLM's NIXL metrics"
-        redone = "prompt tokens" if self.evidence == "vllm-nixl" else "prefills"
-        head = (f"canary ({self.prompt_tokens} prompt tokens): TTFT {self.ttft_s * 1000:.0f} ms "
-                f"(bound {self.ttft_bound_s * 1000:.0f} ms); {moved or 'no KV sent'}; {got or 'no KV received'}; "
-                f"{self.recomputed:.0f} {redone} recomputed")
+        fabric = ", ".join(f"{role} nodes' EFA counters +{_fmt(v)}" for role, v in self.fabric_moved.items()
+                           if v is not None) or "EFA counters not read"
+        logs = ", ".join(f"{role} log: {t or 'no transport named'}" for role, t in self.transport.items())
+        head = (f"canary ({self.prompt_tokens} prompt tokens, KV {_fmt(self.kv_bytes)}): TTFT "
+                f"{self.ttft_s * 1000:.0f} ms (bound {self.ttft_bound_s * 1000:.0f} ms); {fabric}; "
+                f"decode loaded {self.loaded_tokens:.0f}, computed {self.computed_tokens:.0f}; {logs}")
         return head if self.ok else head + "\n  " + "\n  ".join(self.problems)
 
 
@@ -85,128 +124,126 @@ def canary_tokens(max_context: int, wanted: int | None = None) -> int:
     return max(256, min(wanted or DEFAULT_TOKENS, max_context // 2))
 
 
-def kv_bytes(samples: Iterable[Sample], direction: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s in samples:
-        if s.name.endswith(KV_BYTES_SUFFIX) and s.labels.get("direction") == direction:
-            protocol = s.labels.get("protocol", "unknown")
-            out[protocol] = out.get(protocol, 0.0) + s.value
-    return out
-
-
-def recomputed(samples: Iterable[Sample]) -> float:
-    return sum(s.value for s in samples if s.name.endswith(RECOMPUTED_SUFFIX))
-
-
-def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in sorted(set(before) | set(after))}
-
-
-def transport_in_log(text: str) -> str | None:
-    """The KV transport an engine's start-up log names: ``efa``, another provider's name (``tcp``,
-    ``sockets``, ...), or None when it names none. A provider named other than efa wins: the
-    manifests set FI_PROVIDER=efa, so libfabric naming anything else means it fell back."""
-    lowered = text.lower()
-    named = {m.group(1).split(";")[0] for m in _PROVIDER_NAMED.finditer(lowered)}
-    others = sorted(named - {"efa"})
-    if others:
-        return others[0]
-    if named or "efa device (libfabric)" in lowered or "backend libfabric was instantiated" in lowered:
-        return "efa"
-    if "backend ucx was instantiated" in lowered:
-        return "tcp"  # UCX has no EFA transport
-    return None
-
-
-def exporter_present(samples_by_role: dict[str, list[Sample]]) -> bool:
-    """Whether any engine exports the KV-transfer exporter's byte counter."""
-    return any(s.name.endswith(KV_BYTES_SUFFIX) for samples in samples_by_role.values() for s in samples)
-
-
-def _total(samples: Iterable[Sample], name: str) -> float | None:
-    values = [s.value for s in samples if s.name == name]
+def _total(samples: Iterable[Sample], name: str, **labels: str) -> float | None:
+    """The sum of ``name``'s samples with ``labels`` (a counter read with or without ``_total``);
+    None when no such sample exists."""
+    names = {name, name + "_total"} if not name.endswith("_total") else {name}
+    values = [s.value for s in samples if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())]
     return sum(values) if values else None
 
 
-def _suffix_total(samples: Iterable[Sample], suffix: str) -> float:
-    return sum(s.value for s in samples if s.name.endswith(suffix))
+def _change(ev: RoleEvidence, name: str, **labels: str) -> float | None:
+    after = _total(ev.after, name, **labels)
+    if after is None:
+        return None
+    return after - (_total(ev.before, name, **labels) or 0.0)
 
 
-def _judge_native_nixl(expected_protocol: str, before: dict[str, list[Sample]], after: dict[str, list[Sample]],
-                       transport: str | None) -> tuple[dict[str, float], float, list[str]]:
-    """(received by transport, prompt tokens recomputed, problems) from vLLM's own NIXL metrics.
-    The side that drives the transfer counts it (decode for pull, prefill for push): both are summed."""
+def _fabric(spec: CanarySpec, evidence: dict[str, RoleEvidence]) -> list[str]:
     problems = []
-
-    def change(name: str) -> float:
-        return sum((_total(after[r], name) or 0.0) - (_total(before[r], name) or 0.0) for r in after)
-
-    moved, failed = change(NIXL_BYTES), change(NIXL_FAILED)
-    if failed > 0:
-        problems.append(f"the engines counted {failed:.0f} failed NIXL transfer(s) during the canary")
-    if moved <= 0:
-        problems.append("no KV bytes moved during the canary (vllm:nixl_bytes_transferred)")
-    if transport is None:
-        problems.append("no engine log names the KV transport (\"Backend LIBFABRIC was instantiated\" or \"EFA "
-                        "device (libfabric)\"): the bytes moved, but not provably over " + expected_protocol)
-    elif transport != expected_protocol and moved > 0:
-        problems.append(f"the engines moved {_fmt(moved)} of KV over {transport}, none over {expected_protocol}")
-        problems.append(f"the KV transfer fell back from {expected_protocol}: check FI_PROVIDER=efa, the "
-                        "connector's protocol/backend setting and that the EFA devices reach the pods")
-    decode_before, decode_after = before["decode"], after["decode"]
-    queried = _suffix_total(decode_after, PREFIX_QUERIES) - _suffix_total(decode_before, PREFIX_QUERIES)
-    loaded = _suffix_total(decode_after, PREFIX_HITS) - _suffix_total(decode_before, PREFIX_HITS)
-    redone = max(queried - loaded, 0.0) if queried > 0 and loaded < MIN_LOADED_SHARE * queried else 0.0
-    if redone:
-        problems.append(f"the decode engine loaded {loaded:.0f} of {queried:.0f} prompt tokens from the prefill "
-                        f"and recomputed the rest")
-    return ({transport or "unknown": moved} if moved > 0 else {}), redone, problems
+    need = MIN_FABRIC_SHARE * spec.kv_bytes
+    for role in ROLES:
+        ev = evidence[role]
+        moved = ev.fabric_moved
+        if moved is None:
+            problems.append(f"the EFA counters of the {role} nodes could not be read ({ev.fabric_note or 'no reading'}): "
+                            "the KV path cannot be proven")
+        elif moved < need:
+            problems.append(f"the {role} nodes' EFA devices counted {_fmt(moved)} during the canary, below "
+                            f"{MIN_FABRIC_SHARE:.0%} of its {_fmt(spec.kv_bytes)} of KV: the KV did not go over EFA "
+                            "(check FI_PROVIDER=efa, the connector's protocol/backend setting and that the EFA "
+                            "devices reach the pods)")
+    return problems
 
 
-def judge(prompt_tokens: int, ttft_s: float, ttft_bound_s: float, expected_protocol: str,
-          before: dict[str, list[Sample]], after: dict[str, list[Sample]],
-          transports: dict[str, str | None] | None = None) -> CanaryReport:
-    """``before``/``after``: the metrics samples of the ``prefill`` and ``decode`` leaders (pooled
-    per role), scraped just before and just after the canary; ``transports``: what each role's
-    start-up log names (``transport_in_log``), used with vLLM's own NIXL metrics. Pure."""
-    if not exporter_present(after) and any(_total(after[role], NIXL_BYTES) is not None for role in after):
-        named = [t for t in (transports or {}).values() if t]
-        # one engine on another transport is enough to say the path fell back
-        transport = next((t for t in named if t != expected_protocol), named[0] if named else None)
-        received, redone, problems = _judge_native_nixl(expected_protocol, before, after, transport)
-        if ttft_s > ttft_bound_s:
-            problems.append(f"TTFT {ttft_s * 1000:.0f} ms is above the sanity bound of {ttft_bound_s * 1000:.0f} ms")
-        return CanaryReport(prompt_tokens, ttft_s, ttft_bound_s, {}, received, redone, tuple(problems), "vllm-nixl")
-    problems: list[str] = []
-    moved = {}
-    fell_back = False
-    for role, direction in (("prefill", "sent"), ("decode", "received")):
-        if not any(s.name.endswith(KV_BYTES_SUFFIX) for s in after[role]):
-            problems.append(f"the {role} engine exports no *{KV_BYTES_SUFFIX} counter: the KV path cannot be "
-                            "proven; enable the transfer engine's metrics in the image")
-            moved[role] = {}
-            continue
-        moved[role] = delta(kv_bytes(before[role], direction), kv_bytes(after[role], direction))
-        wanted = moved[role].get(expected_protocol, 0.0)
-        others = {p: v for p, v in moved[role].items() if p != expected_protocol and v > 0}
-        if others:
-            fell_back = True
-            over = " and ".join(f"{_fmt(v)} over {p}" for p, v in others.items())
-            problems.append(f"the {role} engine {direction} {over}"
-                            + (f" (and {_fmt(wanted)} over {expected_protocol})" if wanted > 0
-                               else f", none over {expected_protocol}"))
-        elif wanted <= 0:
-            problems.append(f"the {role} engine {direction} no KV bytes during the canary")
-    if fell_back:
-        problems.append(f"the KV transfer fell back from {expected_protocol}: check FI_PROVIDER=efa, the "
-                        "connector's protocol/backend setting and that the EFA devices reach the pods")
-    redone = recomputed(after["decode"]) - recomputed(before["decode"])
-    if redone > 0:
-        problems.append(f"the decode engine recomputed {redone:.0f} prefill(s) instead of loading the KV")
-    if ttft_s > ttft_bound_s:
-        problems.append(f"TTFT {ttft_s * 1000:.0f} ms is above the sanity bound of {ttft_bound_s * 1000:.0f} ms")
-    return CanaryReport(prompt_tokens, ttft_s, ttft_bound_s, moved["prefill"], moved["decode"], redone,
-                        tuple(problems))
+def _vllm(spec: CanarySpec, evidence: dict[str, RoleEvidence]) -> tuple[float, float, list[str]]:
+    decode, problems = evidence["decode"], []
+    if _total(decode.after, BY_SOURCE) is None:
+        problems.append(f"the decode engine exports no {BY_SOURCE}: the KV load cannot be told from a recompute "
+                        "(use a vLLM build that has it, vllm#33290)")
+        return 0.0, 0.0, problems
+    loaded = _change(decode, BY_SOURCE, source="external_kv_transfer") or 0.0
+    computed = _change(decode, BY_SOURCE, source="local_compute") or 0.0
+    prompt = loaded + computed + (_change(decode, BY_SOURCE, source="local_cache_hit") or 0.0)
+    if prompt <= 0:
+        problems.append("the decode engine counted no prompt tokens during the canary: the request did not reach it")
+    elif computed > spec.block_size:
+        problems.append(f"the decode engine computed {computed:.0f} of {prompt:.0f} prompt tokens itself "
+                        f"(more than one block of {spec.block_size}) and loaded {loaded:.0f} over the connector: "
+                        "it recomputed the prefill instead of loading the KV (is the connector configured on "
+                        "decode, and kv_load_failure_policy \"fail\"?)")
+    elif loaded < prompt - spec.block_size:
+        problems.append(f"the decode engine loaded only {loaded:.0f} of {prompt:.0f} prompt tokens over the connector")
+    for role in ROLES:
+        for name in VLLM_FAILED:
+            failed = _change(evidence[role], name)
+            if failed:
+                problems.append(f"the {role} engine counted {failed:.0f} failed KV transfer(s) ({name}) during "
+                                "the canary")
+    return loaded, computed, problems
+
+
+def _sglang(evidence: dict[str, RoleEvidence]) -> tuple[float, list[str]]:
+    problems, transferred = [], 0.0
+    for role in ROLES:
+        ev, stage = evidence[role], SGLANG_STAGE[role]
+        grew = _change(ev, SGLANG_STAGES, stage=stage)
+        if grew is None and _total(ev.after, SGLANG_STAGES) is None:
+            problems.append(f"the {role} engine exports no sglang:per_stage_req_latency_seconds: render "
+                            "--enable-metrics")
+        elif not grew:
+            problems.append(f"the {role} engine counted no {stage} stage during the canary: no KV was transferred")
+        elif role == "decode":
+            transferred = grew
+        for name in SGLANG_FAILED:
+            failed = _change(ev, name)
+            if failed:
+                problems.append(f"the {role} engine counted {failed:.0f} failed request(s) ({name}) during the canary")
+    return transferred, problems
+
+
+def transport_in_log(connector: str, text: str) -> tuple[str, str]:
+    """(the KV transport an engine's log proves: "efa", "tcp" or "" for none, a problem or "")."""
+    if connector == "mooncake":
+        if any(line in text for line in _MOONCAKE_TCP):
+            return "tcp", f"the Mooncake Transfer Engine installed its TCP transport: {MOONCAKE_EFA_BUILD}"
+        if _MOONCAKE_EFA in text:
+            return "efa", ""
+        return "", (f"no log line says \"{_MOONCAKE_EFA}\" (Mooncake logs it at start on an EFA build): "
+                    f"{MOONCAKE_EFA_BUILD}")
+    rails = {m.group(2) for m in _NIXL_RAILS.finditer(text)}
+    others = sorted(rails - {"efa"})
+    if others or _NIXL_TCP.search(text):
+        return "tcp", (f"NIXL's libfabric chose provider {others[0] if others else 'tcp'}, not efa (TCP fallback): "
+                       "set FI_PROVIDER=efa and check that the EFA devices reach the pods")
+    if "efa" in rails:
+        return "efa", ""
+    return "", ("no log line says \"Created N rails using provider=efa\": render NIXL_LOG_LEVEL=INFO and the "
+                "LIBFABRIC backend (UCX has no EFA proof)")
+
+
+def judge(spec: CanarySpec, ttft_s: float, evidence: dict[str, RoleEvidence], error: str = "") -> CanaryReport:
+    """The verdict on one canary from both roles' evidence (``evidence["prefill"|"decode"]``);
+    ``error``: the canary request itself failed (the counters may still say why)."""
+    problems: list[str] = [f"the canary request failed: {error}"] if error else []
+    efa = spec.protocol == "efa"
+    transports: dict[str, str] = {}
+    if efa:
+        problems += _fabric(spec, evidence)
+        for role in ROLES:
+            transports[role], problem = transport_in_log(spec.connector, evidence[role].log)
+            if problem:
+                problems.append(f"{role}: {problem}")
+    if spec.engine == "vllm":
+        loaded, computed, found = _vllm(spec, evidence)
+    else:
+        (loaded, found), computed = _sglang(evidence), 0.0
+    problems += found
+    if not error and ttft_s > spec.ttft_bound_s:
+        problems.append(f"TTFT {ttft_s * 1000:.0f} ms is above the sanity bound of {spec.ttft_bound_s * 1000:.0f} ms")
+    moved = {role: evidence[role].fabric_moved for role in ROLES} if efa else {}
+    return CanaryReport(spec.prompt_tokens, ttft_s, spec.ttft_bound_s, spec.kv_bytes, moved, loaded, computed,
+                        transports, tuple(dict.fromkeys(problems)))
 
 
 def _fmt(n: float) -> str:

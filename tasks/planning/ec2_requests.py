@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from blueprints.schema import Blueprint
 from tasks.planning import identity
-from tasks.planning.identity import RunIdentity
+from tasks.planning.identity import Generation, RunIdentity
 
 STAGE_RESERVE = "reserve"
 STAGE_LAUNCH = "launch"
@@ -32,19 +32,24 @@ def placement_group_request(run: RunIdentity) -> dict:
     }
 
 
-def reservation_end(bp: Blueprint, run: RunIdentity) -> dt.datetime:
-    """Deterministic per run (so a retried request carries identical parameters)."""
+def reservation_end(bp: Blueprint, run: RunIdentity, generation: Generation = Generation()) -> dt.datetime:
+    """Deterministic per run and generation (a retried request carries identical parameters).
+    Counted from the generation's start: reserving again after the first reservation is gone
+    holds the capacity for ``duration_hours`` from then, not from the run's start (which may be
+    long past: EC2 refuses an EndDate in the past)."""
     cap = bp.aws.capacity
     if cap.end_time:
         return cap.end_time.astimezone(dt.timezone.utc)
-    start = run.created_at.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    began = generation.started_at or run.created_at
+    start = began.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
     return start + dt.timedelta(hours=(cap.duration_hours or 1) + 1)
 
 
-def capacity_reservation_request(bp: Blueprint, run: RunIdentity, zone: str, pg_arn: str | None) -> dict:
+def capacity_reservation_request(bp: Blueprint, run: RunIdentity, zone: str, pg_arn: str | None,
+                                 generation: Generation = Generation()) -> dict:
     count = bp.node_count
     req = {
-        "ClientToken": identity.client_token(run, STAGE_RESERVE, zone, count),
+        "ClientToken": identity.client_token(run, STAGE_RESERVE, zone, count, generation=generation.number),
         "InstanceType": bp.aws.instance_type,
         "InstancePlatform": "Linux/UNIX",
         "AvailabilityZone": zone,
@@ -52,7 +57,7 @@ def capacity_reservation_request(bp: Blueprint, run: RunIdentity, zone: str, pg_
         "InstanceCount": count,
         "InstanceMatchCriteria": "targeted",
         "EndDateType": "limited",
-        "EndDate": reservation_end(bp, run),
+        "EndDate": reservation_end(bp, run, generation),
         "TagSpecifications": identity.tag_specifications("capacity-reservation", run, STAGE_RESERVE,
                                                          name=f"{run.prefix}-{zone}"),
     }
@@ -120,6 +125,9 @@ def network_interfaces(network_info: dict, subnet: str, security_group: str) -> 
     efa = 0
     for card in cards:
         index = card["NetworkCardIndex"]
+        # NetworkCardInfo.InterfaceTypes ("the supported interface types for the network card":
+        # interface | efa | efa-only | secondary) is in the EC2 model since botocore 1.44; a
+        # response without it (older API versions, moto) keeps the documented p5en layout.
         if efa >= efa_max or "efa-only" not in card.get("InterfaceTypes", ["efa-only"]):
             continue
         device = 1 if index == 0 else 0
@@ -211,11 +219,14 @@ def launch_template_request(bp: Blueprint, run: RunIdentity, network_info: dict,
     }
 
 
-def run_instances_request(run: RunIdentity, template_id: str, count: int, attempt: int = 0) -> dict:
-    """Gang launch: MinCount = MaxCount = N, all or nothing, with a ClientToken per attempt."""
+def run_instances_request(run: RunIdentity, template_id: str, count: int, attempt: int = 0,
+                          generation: int = 0) -> dict:
+    """Gang launch: MinCount = MaxCount = N, all or nothing, with a ClientToken per attempt and
+    token generation (a new generation once the instances of the earlier one are terminated)."""
     return {
         "LaunchTemplate": {"LaunchTemplateId": template_id, "Version": "$Latest"},
         "MinCount": count,
         "MaxCount": count,
-        "ClientToken": identity.client_token(run, STAGE_LAUNCH, template_id, count, f"attempt-{attempt}"),
+        "ClientToken": identity.client_token(run, STAGE_LAUNCH, template_id, count, f"attempt-{attempt}",
+                                             generation),
     }

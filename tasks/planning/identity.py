@@ -5,6 +5,12 @@ sweep can find it without any local state. Client tokens are a hash of (deployme
 AZ, count): the same request retried gets the same token, and a failover to another AZ gets a new
 one, because EC2 returns the first AZ's result for a reused token when only the AZ differs
 (docs/sources.md#client-token-az).
+
+A token outlives what it made: the ledger (and so the run id and start time) outlives teardown.
+Sent again after its resources are gone, EC2 replays the gone resource (a cancelled reservation)
+or refuses the token (IdempotentInstanceTerminated). So each request has a ``Generation``: a
+retry keeps it, and a new attempt whose predecessor is gone begins the next one, recorded in the
+ledger before it is sent (a crash after the send still finds what it made, by tags).
 """
 
 from __future__ import annotations
@@ -36,14 +42,28 @@ class RunIdentity:
         return f"pdlift-{self.deployment}-{self.run_id}"[:120]
 
 
+@dataclass(frozen=True)
+class Generation:
+    """Which attempt of one logical request (a reservation, a gang launch) this is. 0 is the run's
+    first, with tokens as they always were; a later one changes the token and the request's own
+    clock (a reservation's EndDate is counted from ``started_at``, not from the run's start)."""
+
+    number: int = 0
+    started_at: dt.datetime | None = None  # when this generation began; None: the run's start
+
+    def next(self, at: dt.datetime) -> "Generation":
+        return Generation(self.number + 1, at)
+
+
 def default_run_id(blueprint_json: str) -> str:
     """A run id derived from the blueprint, so re-running the same blueprint adopts its resources."""
     return "r" + hashlib.sha256(blueprint_json.encode()).hexdigest()[:10]
 
 
-def client_token(run: RunIdentity, stage: str, zone: str, count: int, extra: str = "") -> str:
-    """EC2 ClientToken (<= 64 ASCII chars) for one logical request of one run."""
-    material = json.dumps([run.deployment, run.run_id, stage, zone, count, extra])
+def client_token(run: RunIdentity, stage: str, zone: str, count: int, extra: str = "", generation: int = 0) -> str:
+    """EC2 ClientToken (<= 64 ASCII chars) for one logical request of one run, in one generation."""
+    parts: list = [run.deployment, run.run_id, stage, zone, count, extra]
+    material = json.dumps(parts + [generation] if generation else parts)  # generation 0: as before
     return "pdlift-" + hashlib.sha256(material.encode()).hexdigest()[:48]
 
 

@@ -15,6 +15,10 @@ Stored form (``to_dict``), schema 2::
 
 Schema 1 (no "schema" key: "stages_done" and untyped "outputs") is what pdlift wrote before the
 records existed; it still loads (``from_dict``). A newer schema is refused with the reason.
+
+Entries of kind ``client-token`` are no resources: each records that a request began a new token
+generation (``identity.Generation``), before it was sent. They cost nothing, are never live and
+are left out of the cost table; ``generations`` reads the latest one per request.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 
 from tasks.planning import records as rec
+from tasks.planning.identity import Generation
 from tasks.planning.records import Deployed, FabricVerdict, Fleet, GateResult, Reserved, StageRecord
 
 SCHEMA_VERSION = 2
+TOKEN_GENERATION = "client-token"
 
 
 class LedgerFormatError(ValueError):
@@ -156,6 +162,25 @@ def _v1_records(data: dict) -> dict[str, StageRecord]:
     return out
 
 
+def generation_entry(scope: str, generation: Generation, stage: str, why: str) -> LedgerEntry:
+    """The record that ``scope``'s request begins ``generation`` (written before it is sent)."""
+    at = _fmt(generation.started_at) if generation.started_at else ""
+    return LedgerEntry(TOKEN_GENERATION, f"{scope}#{generation.number}", stage, started_at=at, ended_at=at, note=why)
+
+
+def generations(ledger: Ledger) -> dict[str, Generation]:
+    """The latest token generation of each request scope the ledger names (none: generation 0)."""
+    out: dict[str, Generation] = {}
+    for e in ledger.entries:
+        if e.kind != TOKEN_GENERATION or "#" not in e.resource_id:
+            continue
+        scope, _, number = e.resource_id.rpartition("#")
+        found = Generation(int(number), _parse(e.started_at) if e.started_at else None)
+        if found.number > out.get(scope, Generation()).number:
+            out[scope] = found
+    return out
+
+
 def spend_by_stage(ledger: Ledger, now: dt.datetime) -> dict[str, float]:
     out: dict[str, float] = {}
     for e in ledger.entries:
@@ -171,7 +196,7 @@ def render_markdown(ledger: Ledger, now: dt.datetime) -> str:
     lines = [f"## Cost ledger: {ledger.deployment} run {ledger.run_id}", "",
              "| resource | kind | stage | zone | $/h | upfront $ | started | ended | cost $ |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for e in ledger.entries:
+    for e in (e for e in ledger.entries if e.kind != TOKEN_GENERATION):
         lines.append(f"| {e.resource_id} | {e.kind} | {e.stage} | {e.zone} | {e.usd_per_hour:,.2f} | "
                      f"{e.upfront_usd:,.2f} | {e.started_at} | {e.ended_at or 'running'} | {e.cost(now):,.2f} |")
     lines += ["", "| stage | spend $ |", "|---|---|"]

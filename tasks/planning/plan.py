@@ -189,6 +189,12 @@ def _warnings(bp: Blueprint, prefill: capacity_math.RoleMemory, decode: capacity
                  f"node and the peak target concurrency is {peak}; plain {bp.engine.name} is simpler")
     if bp.kv_transfer.protocol == "tcp":
         w.append("KV transfer over TCP: expect ~100x slower KV transfer than EFA and a large TTFT regression")
+    if bp.kv_transfer.connector == "mooncake" and bp.kv_transfer.protocol == "efa":
+        # The generic wheels are built with USE_EFA=OFF and install the TCP transport without a
+        # word (kvcache-ai/Mooncake#2070): the canary then fails the stack (docs/sources.md#kv-canary-evidence).
+        w.append(f"Mooncake over EFA: the image {bp.engine.image} must carry the EFA build of the Mooncake "
+                 "Transfer Engine (mooncake-transfer-engine-efa or -efa-cuda13); the generic wheels are built "
+                 "without EFA, fall back to TCP, and the deploy canary fails them")
     if bp.engine.name == "sglang" and bp.kv_transfer.connector == "mooncake" and bp.kv_transfer.protocol == "efa":
         w.append("SGLang + Mooncake over EFA needs an SGLang build with PR #25083 (MOONCAKE_PROTOCOL=efa)")
     if bp.engine.name == "vllm" and bp.kv_transfer.connector == "nixl" and bp.kv_transfer.nixl_mode == "push":

@@ -55,6 +55,10 @@ class Reserved:
     capacity_block: bool
     blocked_zones: tuple[str, ...]
     adopted: bool
+    # When the capacity can be used and when it ends ("YYYY-MM-DDTHH:MM:SSZ", "" when unknown):
+    # a Capacity Block is sold for a future start and refuses launches before it.
+    starts_at: str = ""
+    ends_at: str = ""
 
 
 @dataclass(frozen=True)

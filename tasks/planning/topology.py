@@ -12,6 +12,17 @@ from dataclasses import dataclass
 LAYER_LABEL = "topology.k8s.aws/network-node-layer-{}"
 ROLE_LABEL = "pdlift.io/role"
 
+# How many network nodes DescribeInstanceTopology returns per instance type, so the layer of the
+# node that touches the instance: the EC2 user guide's "Prerequisites for Amazon EC2 topology",
+# instance types (ec2-instance-topology-prerequisites.html; docs/sources.md#instance-topology).
+NETWORK_NODE_LAYERS = {
+    **dict.fromkeys(("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+                     "p6e-gb200.36xlarge", "trn2.48xlarge", "trn2u.48xlarge"), 3),
+    **dict.fromkeys(("p6-b200.48xlarge", "p6-b300.48xlarge"), 4),
+}
+# "EC2 instances connect into the network at or below the third layer": three is the floor.
+DEFAULT_LAYERS = 3
+
 
 @dataclass(frozen=True)
 class RoleAssignment:
@@ -21,6 +32,12 @@ class RoleAssignment:
 
     def role_of(self, instance_id: str) -> str:
         return "prefill" if instance_id in self.prefill else "decode"
+
+
+def bottom_layer(instance_type: str) -> int:
+    """The layer whose network node touches an instance of this type (two instances that share
+    it are nearest)."""
+    return NETWORK_NODE_LAYERS.get(instance_type, DEFAULT_LAYERS)
 
 
 def expected_labels(network_nodes: list[str]) -> dict[str, str]:

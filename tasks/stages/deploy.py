@@ -22,6 +22,7 @@ from blueprints.schema import Blueprint
 from tasks.adapters.kube_apply import Applied, PodInfo
 from tasks.errors import ConfigError, NotReadyYet, RemoteUnavailable, StackFailure, StackNotReady, StageFailed
 from tasks.planning import canary, room
+from tasks.planning.capacity_math import kv_bytes_per_token
 from tasks.planning.manifests import colour_namespace, common, render_checked, stable_namespace, to_yaml
 from tasks.planning.manifests.common import KEPT_ANNOTATION
 from tasks.planning.manifests.router import router_name, selector as router_selector
@@ -29,7 +30,7 @@ from tasks.planning.manifests.views import routers
 from tasks.planning.records import Deployed, RolledBack
 from tasks.stages.clock import Clock, poll_until
 from tasks.stages.deploy_wait import PodGroup, WaitLimits, wait_for_stack
-from tasks.stages.ports import Engines, KubeObjects, Progress
+from tasks.stages.ports import Engines, FabricCounters, KubeObjects, Progress
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def apply_objects(kube: KubeObjects, objects: list[dict], progress: Progress = l
 
 def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None = None,
            options: DeployOptions = DeployOptions(), clock: Clock = Clock(),
-           progress: Progress = lambda _: None) -> Deployed:
+           progress: Progress = lambda _: None, fabric: FabricCounters | None = None) -> Deployed:
     """Bring up the candidate and pass the canary, or raise StackFailure (with diagnostics).
     A failed candidate is left in place for inspection; ``rollback`` removes it."""
     render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
@@ -114,7 +115,7 @@ def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None =
     groups = pod_groups(bp, candidate, objects)
     phases = wait_for_stack(kube, groups, lambda pods: _router_gaps(http, bp, objects, pods), options.limits,
                             clock, progress)
-    report = run_canary(bp, kube, http, candidate, options)
+    report = run_canary(bp, kube, http, candidate, options, fabric)
     progress(report.summary())
     if not report.ok:
         raise StackFailure(f"{bp.name} {candidate}: the canary failed: " + "; ".join(report.problems), "Canary",
@@ -198,34 +199,53 @@ def _urls(argv: list[str], flag: str) -> list[str]:
 
 
 def run_canary(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str,
-               options: DeployOptions) -> canary.CanaryReport:
+               options: DeployOptions, fabric: FabricCounters | None = None) -> canary.CanaryReport:
+    """One unique long prompt through the candidate's router, with each role's evidence read just
+    before and just after it: the leaders' metrics, the EFA counters of every node the role runs
+    on (``fabric``; without it an efa canary cannot pass), and each role's first leader's log."""
     engines_ns = colour_namespace(bp, colour)
-    leaders = {role: kube.pods(engines_ns, {common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: role,
-                                            common.LWS_WORKER_INDEX_LABEL: "0"})
-               for role in (common.PREFILL, common.DECODE)}
+    pods = {role: kube.pods(engines_ns, {common.COLOUR_LABEL: colour, common.LWS_NAME_LABEL: role})
+            for role in (common.PREFILL, common.DECODE)}
+    leaders = {role: [p for p in group if p.labels.get(common.LWS_WORKER_INDEX_LABEL) == "0"]
+               for role, group in pods.items()}
     router = next((p for p in kube.pods(stable_namespace(bp), router_selector(bp, colour)) if p.ready), None)
     if router is None or not all(leaders.values()):
         raise StackFailure(f"{bp.name} {colour}: no ready router or engine leader left for the canary", "Canary")
 
     ports = {common.PREFILL: bp.engine.prefill_port, common.DECODE: bp.engine.decode_port}
+    efa = bp.kv_transfer.protocol == "efa"
 
     def scrape() -> dict[str, list]:
-        return {role: [s for p in pods for s in http.metrics(f"http://{p.pod_ip}:{p.ports.get('http', ports[role])}"
-                                                             "/metrics")]
-                for role, pods in leaders.items()}
+        return {role: [s for p in group for s in http.metrics(f"http://{p.pod_ip}:{p.ports.get('http', ports[role])}"
+                                                              "/metrics")]
+                for role, group in leaders.items()}
+
+    def counters() -> dict[str, tuple[int | None, str]]:
+        if not efa:
+            return {}
+        if fabric is None:
+            return {role: (None, "no SSH access to the nodes was given") for role in pods}
+        return {role: fabric.total(sorted({p.node for p in group})) for role, group in pods.items()}
 
     tokens = canary.canary_tokens(bp.model.max_context, options.canary_tokens)
     bound = options.ttft_bound_s or ((bp.gate.slo.ttft_ms / 1000.0) if bp.gate.slo.ttft_ms else 30.0)
-    before = scrape()
+    fabric_before, before = counters(), scrape()
     url = f"http://{router.pod_ip}:{router.ports.get('http', bp.engine.router_port)}/v1/completions"
-    done = http.stream_completion(url, bp.model.name, canary.canary_prompt(tokens), options.canary_max_tokens,
-                                  options.canary_timeout_s)
-    after = scrape()
-    # Start-up logs name the transport for engines whose metrics cannot (stock vLLM with NIXL).
-    transports = None if canary.exporter_present(after) else {
-        role: canary.transport_in_log(kube.log_head(p.namespace, p.name, _engine_container(p)))
-        for role, pods in leaders.items() for p in pods[:1]}
-    return canary.judge(tokens, done.ttft_s, bound, bp.kv_transfer.protocol, before, after, transports)
+    try:
+        ttft_s, error = http.stream_completion(url, bp.model.name, canary.canary_prompt(tokens),
+                                               options.canary_max_tokens, options.canary_timeout_s).ttft_s, ""
+    except (StackNotReady, RemoteUnavailable) as e:  # judged with the rest: the counters say why
+        ttft_s, error = 0.0, str(e)
+    after, fabric_after = scrape(), counters()
+    evidence = {}
+    for role, group in leaders.items():
+        (b, why_b), (a, why_a) = fabric_before.get(role, (None, "")), fabric_after.get(role, (None, ""))
+        log = kube.log_head(group[0].namespace, group[0].name, _engine_container(group[0])) if efa else ""
+        evidence[role] = canary.RoleEvidence(before[role], after[role], log, b, a, why_b or why_a)
+    spec = canary.CanarySpec(bp.engine.name, bp.kv_transfer.connector, bp.kv_transfer.protocol, tokens,
+                             tokens * kv_bytes_per_token(bp.model, bp.engine.kv_cache_dtype), bp.engine.block_size,
+                             bound)
+    return canary.judge(spec, ttft_s, evidence, error)
 
 
 def _engine_container(pod: PodInfo) -> str | None:

@@ -3,32 +3,64 @@
 Never leaves a partial gang: any failure after RunInstances terminates what launched. An instance
 that does not join is replaced once; then the stage fails naming it. Each node goes through the
 one lifecycle of ``tasks.stages.nodes`` (the fabric stage's replacements do too).
+
+A gang launched again after its predecessor's instances were terminated (the half gang a crash
+left, a gang a failed attempt terminated) gets a new token generation, recorded before the send:
+EC2 refuses a token whose instances are terminated (IdempotentInstanceTerminated). A Capacity
+Block refuses launches until its StartDate (InvalidCapacityReservationState.PendingActivation):
+the launch waits for a start that is at most ``START_RACE_S`` away (the pipeline waited for the
+rest without a worker), and refuses one that is further.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
 from blueprints.schema import Blueprint
 from tasks.adapters.ec2_instances import Instance
 from tasks.adapters.eks import Cluster
+from tasks.errors import CapacityUnavailable, NotReadyYet, RequestRejected, StageFailed
 from tasks.planning import ec2_requests, identity, topology
-from tasks.planning.identity import RunIdentity
-from tasks.planning.ledger import LedgerEntry
+from tasks.planning.aws_errors import NOT_STARTED, TOKEN_SPENT
+from tasks.planning.identity import Generation, RunIdentity
+from tasks.planning.ledger import LedgerEntry, generation_entry, parse_time
 from tasks.planning.records import Fleet, Reserved
-from tasks.stages.clock import Clock
+from tasks.stages.clock import Clock, poll_until
 from tasks.stages.nodes import NodeLifecycle
 from tasks.stages.ports import Capacity, Ended, Instances, KubeNodes, Record
 
 LABEL_DEPLOYMENT, LABEL_RUN = "pdlift.io/deployment", "pdlift.io/run"
 STAGE = "launch"
+SCOPE = "launch"  # the token generation of this run's RunInstances requests
+# How far ahead a Capacity Block's start may be for the launch to wait for it here (a resumed
+# run arrives at the start, give or take clocks and EC2's eventual consistency); pdlift's choice.
+START_RACE_S = 600.0
+
+
+@dataclass
+class _Tokens:
+    """The run's current RunInstances token generation; the next one is recorded before use."""
+
+    generation: Generation
+    record: Record
+    clock: Clock
+
+    def next(self, why: str) -> None:
+        self.generation = self.generation.next(self.clock.now())
+        self.record(generation_entry(SCOPE, self.generation, STAGE, why))
 
 
 def launch(bp: Blueprint, run: RunIdentity, reserved: Reserved, cap: Capacity, inst: Instances,
            cluster: Cluster, kube: KubeNodes, record: Record, clock: Clock = Clock(),
-           ended: Ended = lambda instance_id: None) -> Fleet:
+           ended: Ended = lambda instance_id: None, generations: Mapping[str, Generation] | None = None) -> Fleet:
+    """``generations``: the token generations the ledger recorded (``ledger.generations``)."""
+    _refuse_a_distant_start(reserved, clock)
     nodes = NodeLifecycle(bp, run, reserved, inst, kube, record, ended, clock)
+    tokens = _Tokens((generations or {}).get(SCOPE, Generation()), record, clock)
     template_id = _ensure_template(bp, run, reserved, cap, inst, cluster, record)
-    instances = _adopt_or_launch(bp, run, nodes, template_id)
-    members, replaced = _join(bp, run, nodes, template_id, instances)
+    instances = _adopt_or_launch(bp, run, nodes, template_id, tokens)
+    members, replaced = _join(bp, run, nodes, template_id, instances, tokens)
     topo = nodes.topology([i.instance_id for i in members])
     roles = topology.assign_roles(topo, bp.topology.prefill.nodes)
     labelled = nodes.label(members, roles.role_of, topo)
@@ -59,7 +91,18 @@ def _live(inst: Instances, run: RunIdentity) -> list[Instance]:
     return inst.describe(filters=filters)
 
 
-def _adopt_or_launch(bp: Blueprint, run: RunIdentity, nodes: NodeLifecycle, template_id: str) -> list[Instance]:
+def _refuse_a_distant_start(reserved: Reserved, clock: Clock) -> None:
+    if not (reserved.capacity_block and reserved.starts_at):
+        return
+    ahead = (parse_time(reserved.starts_at) - clock.now()).total_seconds()
+    if ahead > START_RACE_S:
+        raise StageFailed(f"Capacity Block {reserved.reservation_id} begins at {reserved.starts_at}, in "
+                          f"{ahead / 3600:.1f} h: EC2 refuses launches into it before then. Launch after its start "
+                          "(the migrate flow waits for it by itself, without holding a worker)")
+
+
+def _adopt_or_launch(bp: Blueprint, run: RunIdentity, nodes: NodeLifecycle, template_id: str,
+                     tokens: _Tokens) -> list[Instance]:
     live = _live(nodes.instances, run)
     if len(live) == bp.node_count:
         for i in live:
@@ -67,11 +110,48 @@ def _adopt_or_launch(bp: Blueprint, run: RunIdentity, nodes: NodeLifecycle, temp
         return nodes.wait_running([i.instance_id for i in live])
     if live:  # a partial gang from a crashed run: never keep half a gang
         nodes.terminate([i.instance_id for i in live])
-    return nodes.launch(ec2_requests.run_instances_request(run, template_id, bp.node_count, 0), bp.node_count, STAGE)
+        # That gang's token is spent on terminated instances: a new generation, and the slots
+        # the terminated half held free only after EC2's clean-up (docs/sources.md#slot-frees-late).
+        tokens.next(f"partial gang {', '.join(i.instance_id for i in live)} terminated: launch the gang again")
+    return _launch(nodes, tokens, lambda g: ec2_requests.run_instances_request(
+        run, template_id, bp.node_count, 0, g), bp.node_count, wait_for_slot=bool(live))
+
+
+def _launch(nodes: NodeLifecycle, tokens: _Tokens, request_for: Callable[[int], dict], count: int,
+            wait_for_slot: bool = False) -> list[Instance]:
+    """``nodes.launch`` of ``request_for(generation)``; a token whose instances are terminated
+    begins the next generation (once), and a Capacity Block that has not begun yet is waited for
+    within ``START_RACE_S``."""
+
+    def once() -> list[Instance]:
+        try:
+            return nodes.launch(request_for(tokens.generation.number), count, STAGE, wait_for_slot=wait_for_slot)
+        except RequestRejected as e:
+            if e.code not in TOKEN_SPENT:
+                raise
+            tokens.next("the instances this token launched are terminated (IdempotentInstanceTerminated)")
+            return nodes.launch(request_for(tokens.generation.number), count, STAGE, wait_for_slot=wait_for_slot)
+
+    early: list[CapacityUnavailable] = []
+
+    def attempt() -> list[Instance] | None:
+        try:
+            return once()
+        except CapacityUnavailable as e:
+            if e.code not in NOT_STARTED:
+                raise
+            early[:] = [e]  # raced the block's start: wait, then the same request again
+            return None
+
+    try:
+        return poll_until(attempt, bound_s=START_RACE_S, clock=nodes.clock, interval_s=5.0, max_interval_s=30.0)
+    except NotReadyYet:
+        raise StageFailed(f"the Capacity Block {nodes.reserved.reservation_id} was still not active "
+                          f"{START_RACE_S:.0f} s after the first launch: {early[0]}") from early[0]
 
 
 def _join(bp: Blueprint, run: RunIdentity, nodes: NodeLifecycle, template_id: str,
-          instances: list[Instance]) -> tuple[list[Instance], list[str]]:
+          instances: list[Instance], tokens: _Tokens) -> tuple[list[Instance], list[str]]:
     members, replaced = list(instances), []
     for attempt in (1, 2):
         missing = nodes.wait_joined([i.instance_id for i in members])
@@ -84,7 +164,7 @@ def _join(bp: Blueprint, run: RunIdentity, nodes: NodeLifecycle, template_id: st
         # terminate still in progress after the bound is no reason to stop here.
         nodes.wait_gone(missing)
         replaced += missing
-        request = ec2_requests.run_instances_request(run, template_id, len(missing), attempt)
-        fresh = nodes.launch(request, len(missing), STAGE, wait_for_slot=True)
+        fresh = _launch(nodes, tokens, lambda g, n=len(missing), a=attempt: ec2_requests.run_instances_request(
+            run, template_id, n, a, g), len(missing), wait_for_slot=True)
         members = [i for i in members if i.instance_id not in missing] + fresh
     raise AssertionError("unreachable")

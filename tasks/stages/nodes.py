@@ -6,7 +6,9 @@ a replacement node is checked exactly as a launched one is.
                     instance is recorded the moment it exists; all or nothing: every instance
                     running and verified, or all of them terminated
     verify          in the run's reservation and placement group, with the blueprint's EFA count
-    wait_joined     a Ready EKS node with the blueprint's GPUs and EFA devices allocatable
+    wait_joined     a Ready EKS node with the blueprint's GPUs and EFA devices allocatable, and the
+                    2 MiB hugepages an engine pod requests (a node short of them fails at once,
+                    named, with the fix: the kubelet's pool is fixed at boot, waiting cannot help)
     topology        DescribeInstanceTopology's network nodes (they appear a little after boot)
     label           role and topology labels on the EKS node (only what differs is patched)
     host_keys       pinned from the console output; nothing connects before they are known
@@ -21,7 +23,8 @@ ReservationCapacityExceeded is retried within ``SLOT_WAIT_S`` (docs/sources.md#s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from math import ceil
 
 from blueprints.schema import Blueprint
 from tasks.adapters.ec2_instances import Instance
@@ -29,9 +32,10 @@ from tasks.adapters.kube_nodes import NodeRecord
 from tasks.adapters.ssh import SshNode
 from tasks.errors import CapacityUnavailable, NotReadyYet, StageFailed
 from tasks.parsing.console_output import parse_console_output
-from tasks.planning import ec2_requests, identity, topology
+from tasks.planning import ec2_requests, identity, quantity, topology
 from tasks.planning.identity import RunIdentity
 from tasks.planning.ledger import LedgerEntry, now_str
+from tasks.planning.manifests.common import HUGEPAGES, HUGEPAGES_SIZE
 from tasks.planning.records import Node, Reserved
 from tasks.stages.clock import Clock, poll_until
 from tasks.stages.ports import Ended, Instances, KubeNodes, Record
@@ -54,6 +58,7 @@ class NodeLifecycle:
     record: Record
     ended: Ended = lambda instance_id: None
     clock: Clock = Clock()
+    _why: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # instance -> why not joined
 
     # --- launch and verify -------------------------------------------------------------------
 
@@ -137,30 +142,71 @@ class NodeLifecycle:
     # --- EKS ---------------------------------------------------------------------------------
 
     def joined(self, node: NodeRecord | None) -> bool:
-        if node is None or not node.ready:
-            return False
-        gpus_ok = int(node.allocatable.get(GPU, "0")) >= self.bp.fabric.gpus
-        return gpus_ok and int(node.allocatable.get(EFA, "0")) >= self.bp.fabric.efa_devices
+        return self.not_joined(node) is None
+
+    def not_joined(self, node: NodeRecord | None) -> str | None:
+        """Why ``node`` cannot take an engine pod yet, or None when it can."""
+        if node is None:
+            return "no EKS node registered"
+        if not node.ready:
+            return f"node {node.name} is not Ready"
+        for resource, want in ((GPU, self.bp.fabric.gpus), (EFA, self.bp.fabric.efa_devices)):
+            if int(node.allocatable.get(resource, "0")) < want:
+                return f"node {node.name} has {node.allocatable.get(resource, '0')} {resource} allocatable, not {want}"
+        return self.hugepages_short(node)
+
+    @staticmethod
+    def hugepages_short(node: NodeRecord) -> str | None:
+        """Every engine pod requests ``HUGEPAGES_SIZE`` of 2 MiB hugepages (libfabric's buffer
+        pool); a node whose kubelet reports less can never schedule one, however long we wait."""
+        have = node.allocatable.get(HUGEPAGES, "0")
+        try:
+            if quantity.parse(have) >= quantity.parse(HUGEPAGES_SIZE):
+                return None
+        except ValueError:
+            pass
+        pages = ceil(quantity.parse(HUGEPAGES_SIZE) / (2 << 20))
+        return (f"node {node.name} ({node.instance_id}) is Ready but has {have} {HUGEPAGES} allocatable, and every "
+                f"engine pod requests {HUGEPAGES_SIZE}: preallocate 2 MiB hugepages at boot, at least {pages} "
+                "(vm.nr_hugepages in the node's user data before nodeadm starts the kubelet, or an AMI or kubelet "
+                "config that reserves them, as the EFA installer does on the EKS accelerated AMI)")
 
     def wait_joined(self, ids: list[str]) -> list[str]:
-        """The instances that are not joined when every one is, or the join timeout passes."""
+        """The instances that are not joined when every one is, or the join timeout passes.
+
+        Fails at once, terminating them, when every instance still missing is Ready and only
+        short of hugepages: the kubelet reads the pool when it starts, and a replacement boots
+        the same AMI with the same user data."""
         missing: list[str] = list(ids)
+        short: dict[str, str] = {}
 
         def probe() -> bool:
             by_id = {n.instance_id: n for n in self.kube.nodes()}
-            missing[:] = [i for i in ids if not self.joined(by_id.get(i))]
-            return not missing
+            why = {i: w for i in ids if (w := self.not_joined(by_id.get(i)))}
+            for i in ids:
+                self._why.pop(i, None)
+            self._why.update(why)
+            missing[:] = [i for i in ids if i in why]
+            short.clear()
+            short.update({i: w for i, w in why.items() if i in by_id and w == self.hugepages_short(by_id[i])})
+            return not missing or len(short) == len(missing)
 
         try:
             poll_until(probe, bound_s=self.bp.aws.eks.join_timeout_s, clock=self.clock)
         except NotReadyYet:
             pass
+        if missing and set(short) == set(missing):
+            self.terminate(missing)
+            raise StageFailed("; ".join(short[i] for i in missing) + f". Instance(s) {', '.join(missing)} are "
+                              "terminated: a replacement would boot the same way")
         return missing
 
     def join_failure(self, ids: list[str], after: str = "") -> StageFailed:
+        why = "; ".join(f"{i}: {self._why[i]}" for i in ids if i in self._why)
         return StageFailed(f"instance(s) {', '.join(ids)} did not join EKS cluster {self.bp.aws.eks.cluster} as a "
-                           f"Ready node with {self.bp.fabric.gpus} GPUs and {self.bp.fabric.efa_devices} EFA within "
-                           f"{self.bp.aws.eks.join_timeout_s}s{after}; they are terminated")
+                           f"Ready node with {self.bp.fabric.gpus} GPUs, {self.bp.fabric.efa_devices} EFA and "
+                           f"{HUGEPAGES_SIZE} {HUGEPAGES} within {self.bp.aws.eks.join_timeout_s}s{after}; they are "
+                           f"terminated" + (f" ({why})" if why else ""))
 
     def topology(self, ids: list[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}

@@ -13,6 +13,7 @@ adapters' typed views of what the system answered.
     Routing        the production Service and its endpoints (promotion, rollback)
     Engines        HTTP to the serving pods: JSON, metrics, a streamed completion
     Shell          commands and uploads on the GPU nodes over SSH
+    FabricCounters the EFA byte counters of named Kubernetes nodes (the canary's fabric evidence)
 
 Callbacks the stages are handed instead of the ledger itself:
 
@@ -121,3 +122,7 @@ class Shell(Protocol):
             secrets: list[str] | None = None) -> CommandResult: ...
     def upload(self, node: SshNode, local_path: str, remote_path: str, mode: int = 0o644,
                timeout_s: float = 120.0) -> None: ...
+
+
+class FabricCounters(Protocol):
+    def total(self, nodes: list[str]) -> tuple[int | None, str]: ...

@@ -121,3 +121,16 @@ def test_hourly_cost_above_the_blueprint_limit_is_warned(glm):
 def test_the_plan_says_what_a_blue_green_rollout_onto_the_fleet_needs(glm):
     [note] = [w for w in make_plan(glm).warnings if w.startswith("blue/green")]
     assert "needs 4 more p5en.48xlarge nodes (+$253.18/h while both colours run)" in note
+
+
+def test_mooncake_over_efa_is_warned_that_the_image_needs_its_efa_build(glm):
+    """The generic Mooncake wheels are built without EFA (kvcache-ai/Mooncake#2070): the plan says
+    so for a Mooncake stack over EFA, and not for NIXL or for Mooncake over TCP."""
+    def plan_with(**kv):
+        return make_plan(glm.model_copy(update={"kv_transfer": glm.kv_transfer.model_copy(update=kv)}))
+
+    efa_build = "mooncake-transfer-engine-efa"
+    mooncake = [w for w in plan_with(connector="mooncake", protocol="efa").warnings if efa_build in w]
+    assert len(mooncake) == 1 and glm.engine.image in mooncake[0]
+    assert not any(efa_build in w for w in plan_with(connector="nixl", protocol="efa").warnings)
+    assert not any(efa_build in w for w in plan_with(connector="mooncake", protocol="tcp").warnings)

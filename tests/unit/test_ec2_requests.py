@@ -144,7 +144,7 @@ def test_capacity_block_is_bought_only_within_the_upfront_limit(bp):
 
 @pytest.mark.parametrize("code,action", [
     ("RequestLimitExceeded", Action.RETRY), ("InternalError", Action.RETRY), ("ServiceUnavailable", Action.RETRY),
-    ("InsufficientInstanceCapacity", Action.FAIL_OVER), ("Unsupported", Action.FAIL_OVER),
+    ("InsufficientInstanceCapacity", Action.FAIL_OVER),  # Unsupported: tests/unit/test_capacity_blocks_and_tokens.py
     ("ReservationCapacityExceeded", Action.WAIT_SLOT), ("VcpuLimitExceeded", Action.FAIL),
     ("InvalidParameterValue", Action.FAIL), ("IdempotentParameterMismatch", Action.FAIL),
     ("InvalidPlacementGroup.Unknown", Action.GONE), ("InvalidInstanceID.NotFound", Action.GONE),

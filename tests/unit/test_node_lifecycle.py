@@ -130,7 +130,8 @@ class FakeKube:
             self._joined |= {i.instance_id for i in running}
         running = [i for i in running if i.instance_id in self._joined]
         return [NodeRecord(f"ip-{i.instance_id}", i.instance_id, dict(self.labels.get(f"ip-{i.instance_id}", {})),
-                           True, {GPU: str(BP.fabric.gpus), EFA: str(BP.fabric.efa_devices)}) for i in running]
+                           True, {GPU: str(BP.fabric.gpus), EFA: str(BP.fabric.efa_devices),
+                                  "hugepages-2Mi": "10Gi"}) for i in running]  # the EFA installer's pool
 
     def patch_labels(self, name: str, labels: dict[str, str]) -> None:
         self.labels.setdefault(name, {}).update(labels)

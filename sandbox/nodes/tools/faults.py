@@ -22,6 +22,9 @@ its address, then its instance id (later wins). Each value is an object of optio
                               removing the fault boots sshd again
     never_join: true          the node never writes its Kubernetes join record (read at boot)
     nvme_size_mb: int         the node's local NVMe is a tmpfs of this size (read at boot)
+    hugepages_2mi: str        the 2 MiB hugepages the node preallocated at boot, as a quantity
+                              ("0": none, as on an AMI without the EFA installer's reservation);
+                              its kubelet reports that as allocatable hugepages-2Mi (read at boot)
 
 The node tools read the file on every run, so a test can change it while the nodes are up. The
 node manager watches it for the faults that act on sshd itself (host_key_change, unreachable).
@@ -50,6 +53,7 @@ KNOWN = frozenset(
         "unreachable",
         "never_join",
         "nvme_size_mb",
+        "hugepages_2mi",
     }
 )
 

@@ -16,7 +16,7 @@ from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
 from blueprints.catalog import instance_type
-from tasks.planning.topology import LAYER_LABEL, ROLE_LABEL
+from tasks.planning.topology import LAYER_LABEL, ROLE_LABEL, bottom_layer
 
 Colour = Literal["blue", "green"]
 COLOURS = ("blue", "green")
@@ -179,21 +179,22 @@ def _term(match: dict[str, str], key: str) -> dict:
 
 def affinity(bp: Blueprint, role: str) -> dict:
     """Prefill and decode never share a host: same-node EFA transfers fail with EAGAIN
-    (docs/sources.md#pd-anti-affinity). The prefill group must share a layer-3 network node (pipeline
+    (docs/sources.md#pd-anti-affinity). The prefill group must share a bottom network node (pipeline
     traffic every micro-batch; the launch stage picked such nodes, so a miss is a placement
     bug worth failing at scheduling). Decode only prefers that closeness: its EP all-to-all
-    and the KV pulls gain from it, but a decode one layer further away still works."""
+    and the KV pulls gain from it, but a decode one layer further away still works. The bottom
+    layer is the instance type's (3 on p5en, 4 on p6-b200): on p6, layer 3 is one level too far up."""
     other = DECODE if role == PREFILL else PREFILL
-    layer3 = LAYER_LABEL.format(3)
+    bottom = LAYER_LABEL.format(bottom_layer(bp.aws.instance_type))
     out: dict = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         _term({DEPLOYMENT_LABEL: bp.name, ROLE_LABEL: other}, HOSTNAME)]}}
     if role == PREFILL:
         out["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
-            _term({LWS_NAME_LABEL: PREFILL}, layer3)]}
+            _term({LWS_NAME_LABEL: PREFILL}, bottom)]}
     else:
         out["podAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 100, "podAffinityTerm": _term({LWS_NAME_LABEL: DECODE}, layer3)},
-            {"weight": 50, "podAffinityTerm": _term({LWS_NAME_LABEL: PREFILL}, layer3)}]}
+            {"weight": 100, "podAffinityTerm": _term({LWS_NAME_LABEL: DECODE}, bottom)},
+            {"weight": 50, "podAffinityTerm": _term({LWS_NAME_LABEL: PREFILL}, bottom)}]}
     return out
 
 

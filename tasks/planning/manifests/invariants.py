@@ -149,6 +149,8 @@ def _efa(views: list[EngineView], bp: Blueprint) -> list[Violation]:
             missing.append("MOONCAKE_PROTOCOL=efa")
         elif v.engine == "sglang" and lib == "nixl" and env.get("SGLANG_DISAGGREGATION_NIXL_BACKEND") != "LIBFABRIC":
             missing.append("SGLANG_DISAGGREGATION_NIXL_BACKEND=LIBFABRIC")
+        if lib == "nixl" and env.get("NIXL_LOG_LEVEL", "").upper() not in ("INFO", "DEBUG", "TRACE"):
+            missing.append("NIXL_LOG_LEVEL=INFO (the canary's proof of the efa provider)")
         if lib == "nixl" and not (v.container.get("securityContext") or {}).get("privileged"):
             missing.append("privileged (NIXL registers GPU memory with libfabric)")
         if missing:

@@ -45,6 +45,7 @@ def vllm_kv(bp: Blueprint, role: str) -> KvSettings:
         return KvSettings(["--kv-transfer-config", _json(config)], env)
     config["kv_buffer_device"] = "cuda"
     config["kv_connector_extra_config"] = {"backends": ["LIBFABRIC" if efa else "UCX"]}
+    env += nixl_log_env(efa)
     # Without the side-channel host NIXL advertises an unroutable address (llm-d#650).
     env += [field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
             {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(bp.engine.bootstrap_port)}]
@@ -61,10 +62,17 @@ def sglang_kv(bp: Blueprint, role: str) -> KvSettings:
         args += ["--disaggregation-bootstrap-port", str(bp.engine.bootstrap_port)]
     if kv.connector == "mooncake":  # MOONCAKE_PROTOCOL=efa needs SGLang with PR #25083
         return KvSettings(args, [{"name": "MOONCAKE_PROTOCOL", "value": "efa" if efa else "tcp"}])
-    env = [{"name": "SGLANG_DISAGGREGATION_NIXL_BACKEND", "value": "LIBFABRIC" if efa else "UCX"}]
+    env = [{"name": "SGLANG_DISAGGREGATION_NIXL_BACKEND", "value": "LIBFABRIC" if efa else "UCX"}, *nixl_log_env(efa)]
     if not efa:
         env.append({"name": "UCX_TLS", "value": "tcp,cuda_copy"})
     return KvSettings(args, env, privileged=efa)
+
+
+def nixl_log_env(efa: bool) -> list[dict]:
+    """NIXL's libfabric backend names the provider it chose ("Created 16 rails using
+    provider=efa", libfabric_rail_manager.cpp) only at INFO; the default level is WARN. The
+    canary reads that line: "Backend LIBFABRIC was instantiated" alone does not prove EFA."""
+    return [{"name": "NIXL_LOG_LEVEL", "value": "INFO"}] if efa else []
 
 
 def _json(config: dict) -> str:

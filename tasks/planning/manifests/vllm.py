@@ -17,7 +17,7 @@ from tasks.planning.manifests.pods import RoleSpec
 
 LEADER_ADDRESS = Sh('"$LWS_LEADER_ADDRESS"')
 WORKER_INDEX = Sh('"$LWS_WORKER_INDEX"')
-KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "bf16": "bfloat16"}  # vLLM has no float16 cache
+KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "bf16": "bfloat16"}  # the blueprint's choices (vLLM's CacheDType also has float16)
 # Quantized checkpoints (fp8, int4) compute activations in bf16; the quantization method
 # itself comes from the checkpoint's config.json.
 DTYPES = {"fp8": "bfloat16", "bf16": "bfloat16", "int4": "bfloat16", "fp16": "float16", "fp32": "float32"}

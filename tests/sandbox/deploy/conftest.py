@@ -21,6 +21,9 @@ from blueprints.loader import load_blueprint
 from blueprints.schema import Blueprint
 from tasks.adapters.engine_http import EngineHttp
 from tasks.adapters.kube_apply import KubeApply
+from tasks.adapters.ssh import NodeShell, SshNode, SshSettings
+from tasks.stages.efa_counters import NodeCounters
+from sandbox.nodes import NodeManager, ensure_client_key
 from tasks.stages.deploy_wait import WaitLimits
 from tests.fixtures.kube import wait_for
 from sandbox.s3 import free_port
@@ -37,16 +40,34 @@ class Site:
     api: client.ApiClient
     path: Path
     blueprint: Blueprint
+    nodes: NodeManager
     instance_ids: list[str] = field(default_factory=list)
+    targets: dict[str, SshNode] = field(default_factory=dict)  # Kubernetes node name -> SSH target
+    roles: dict[str, str] = field(default_factory=dict)  # Kubernetes node name -> prefill | decode
+    _shell: NodeShell | None = None
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.path.with_suffix(".known_hosts")
 
     @property
     def kube(self) -> KubeApply:
         return KubeApply(self.api)
 
+    @property
+    def fabric(self) -> NodeCounters:
+        """The canary's EFA counters of this site's nodes, read over real SSH as the deploy task does."""
+        if self._shell is None:
+            self._shell = NodeShell(SshSettings(user=self.nodes.login_user, key_file=str(self.nodes.key_file),
+                                                port=self.nodes.ssh_port, connect_timeout_s=3))
+        return NodeCounters(self._shell, self.targets)
+
     def join_nodes(self, gpus: int = 8) -> None:
+        """Boot four sandbox nodes (real sshd, EFA counters) and join them as stage 2 leaves them."""
         bp = self.blueprint
         for i, role in enumerate(["prefill", "prefill", "decode", "decode"]):
-            address = self.sandbox.next_address()
+            booted = self.nodes.boot("i-" + uuid.uuid4().hex[:17])
+            address = booted.address
             labels = {"pdlift.io/role": role, "pdlift.io/deployment": bp.name,
                       "node.kubernetes.io/instance-type": bp.aws.instance_type,
                       "topology.kubernetes.io/zone": "us-east-2a",
@@ -55,7 +76,12 @@ class Site:
                       "topology.k8s.aws/network-node-layer-3": f"nn-l3-{role}"}
             allocatable = {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "8Gi"}
             name = f"ip-{address.replace('.', '-')}.us-east-2.compute.internal"
-            self.instance_ids.append(self.sandbox.join(name, labels, [], allocatable, address=address))
+            self.instance_ids.append(self.sandbox.join(name, labels, [], allocatable, address=address,
+                                                       instance_id=booted.instance_id))
+            self.targets[name] = SshNode(booted.instance_id, address, booted.host_key_lines, booted.ssh_port)
+            self.roles[name] = role
+            with open(self.known_hosts, "a") as fh:  # for the CLI's deploy, which has no launched fleet
+                fh.writelines(f"[{address}]:{booted.ssh_port} {line}\n" for line in booted.host_key_lines)
         core = client.CoreV1Api(self.api)
         wait_for(lambda: len(core.list_node(label_selector=f"pdlift.io/deployment={bp.name}").items) == 4,
                  what=f"the nodes of {bp.name} to join")
@@ -71,13 +97,19 @@ class Site:
                     raise
         for iid in self.instance_ids:
             self.sandbox.leave(iid)
+            self.nodes.terminate(iid)
+        if self._shell is not None:
+            self._shell.close()
 
 
-def write_blueprint(directory: Path, name: str, engine: dict | None = None, **sections: dict) -> Path:
+def write_blueprint(directory: Path, name: str, engine: dict | None = None, ssh: dict | None = None,
+                    **sections: dict) -> Path:
     """The sandbox blueprint renamed, with a router port of its own and sections updated."""
     doc = yaml.safe_load(SANDBOX_BLUEPRINT.read_text())
     doc["name"] = name
     doc["engine"].update({"router_port": free_port(), **(engine or {})})
+    if ssh:
+        doc["aws"]["ssh"] = ssh
     for key, values in sections.items():
         doc[key].update(values)
     path = directory / f"{name}.yaml"
@@ -89,14 +121,17 @@ class Sites:
     """``make(gpus=8, sections={...}, **engine_overrides) -> Site`` with its nodes joined (``sections``
     updates other blueprint sections, e.g. ``kv_transfer``); ``cleanup`` removes all."""
 
-    def __init__(self, sandbox, api, tmp_path_factory):
-        self.sandbox, self.api, self.tmp = sandbox, api, tmp_path_factory
+    def __init__(self, sandbox, api, tmp_path_factory, nodes: NodeManager):
+        self.sandbox, self.api, self.tmp, self.nodes = sandbox, api, tmp_path_factory, nodes
         self.sites: list[Site] = []
 
     def make(self, gpus: int = 8, sections: dict | None = None, **engine) -> Site:
         name = "dp" + uuid.uuid4().hex[:8]
-        path = write_blueprint(self.tmp.mktemp(name), name, engine, **(sections or {}))
-        site = Site(self.sandbox, self.api, path, load_blueprint(str(path)))
+        where = self.tmp.mktemp(name)
+        ssh = {"user": self.nodes.login_user, "key_pair": "pdlift-sandbox", "key_file": str(self.nodes.key_file),
+               "port": self.nodes.ssh_port, "connect_timeout_s": 3, "known_hosts": str(where / f"{name}.known_hosts")}
+        path = write_blueprint(where, name, engine, ssh=ssh, **(sections or {}))
+        site = Site(self.sandbox, self.api, path, load_blueprint(str(path)), self.nodes)
         self.sites.append(site)
         site.join_nodes(gpus)
         return site
@@ -106,18 +141,34 @@ class Sites:
             site.cleanup()
 
 
+class SiteNodes(NodeManager):
+    """The deploy tests' sandbox nodes, in the Kubernetes stand-in's state dir (so the engines find
+    their node's EFA counters through the join records), on an address block of this session's."""
+
+    def __init__(self, kube_sandbox):
+        super().__init__(kube_sandbox.state_dir, address_base=f"127.{kube_sandbox.octet}.200.1",
+                         ssh_port=free_port(), watch_faults=False)
+        self.key_file = ensure_client_key(kube_sandbox.state_dir)
+
+
+@pytest.fixture(scope="session")
+def site_nodes(kube_sandbox):
+    with SiteNodes(kube_sandbox) as nodes:
+        yield nodes
+
+
 @pytest.fixture
-def make_site(kube_sandbox, kube_client, tmp_path_factory):
-    """Sites for one test, removed (engines stopped) when it ends."""
-    sites = Sites(kube_sandbox, kube_client, tmp_path_factory)
+def make_site(kube_sandbox, kube_client, tmp_path_factory, site_nodes):
+    """Sites for one test, removed (engines stopped, nodes terminated) when it ends."""
+    sites = Sites(kube_sandbox, kube_client, tmp_path_factory, site_nodes)
     yield sites.make
     sites.cleanup()
 
 
 @pytest.fixture(scope="module")
-def make_module_site(kube_sandbox, kube_client, tmp_path_factory):
+def make_module_site(kube_sandbox, kube_client, tmp_path_factory, site_nodes):
     """Sites shared by a module's tests, removed after its last test."""
-    sites = Sites(kube_sandbox, kube_client, tmp_path_factory)
+    sites = Sites(kube_sandbox, kube_client, tmp_path_factory, site_nodes)
     yield sites.make
     sites.cleanup()
 

@@ -14,7 +14,7 @@ from cli.main import main
 from tasks.errors import ConfigError, StageFailed
 from tasks.planning.manifests import render_production_service
 from tasks.stages import deploy as stage
-from tasks.planning.canary import kv_bytes
+from sandbox.nodes import efa_counters
 from tasks.errors import StackFailure
 
 
@@ -42,13 +42,12 @@ def test_pdlift_deploy_brings_up_blue_and_its_canary_proves_kv_moved_over_efa(bl
     bp = site.blueprint
     assert result["colour"] == "blue" and result["live_colour"] is None
     assert result["engines_namespace"] == f"{bp.name}-blue"
-    assert "over efa" in result["canary"] and "over tcp" not in result["canary"]
+    assert "prefill log: efa" in result["canary"] and "decode log: efa" in result["canary"]
     assert list(result["phases_s"]) == ["scheduled", "started", "ready", "router"]
-    # Independently of the stage: the prefill leader really sent KV bytes, over EFA only.
-    leader = site.kube.pods(f"{bp.name}-blue", {"leaderworkerset.sigs.k8s.io/name": "prefill",
-                                               "leaderworkerset.sigs.k8s.io/worker-index": "0"})[0]
-    sent = kv_bytes(http.metrics(f"http://{leader.pod_ip}:{bp.engine.prefill_port}/metrics"), "sent")
-    assert sent["efa"] > 0 and sent.get("tcp", 0) == 0
+    # Independently of the stage: Mooncake wrote the KV over the nodes' EFA devices.
+    written = {name: efa_counters.read(site.nodes.node(t.name).node_dir) for name, t in site.targets.items()}
+    assert sum(c["rdma_write_bytes"] for c in written.values()) > 0
+    assert sum(c["rdma_write_recv_bytes"] for c in written.values()) > 0
 
 
 def test_kubectl_get_pods_shows_what_pdlift_applied(blue, kube_sandbox):

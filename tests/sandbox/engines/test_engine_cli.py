@@ -87,7 +87,9 @@ NIXL_DEFAULT = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
 @pytest.mark.parametrize("config, env, protocol", [
     (MOONCAKE_EFA, {"FI_PROVIDER": "efa"}, "efa"),
-    (MOONCAKE_EFA, {}, "tcp"),  # EFA asked for, but libfabric is not told to use the efa provider
+    # Mooncake's EFA transport asks libfabric for the efa provider itself: FI_PROVIDER is not needed.
+    (MOONCAKE_EFA, {}, "efa"),
+    (NIXL_LIBFABRIC, {"FI_PROVIDER": "tcp"}, "tcp"),  # NIXL's libfabric told to use another provider
     ({**MOONCAKE_EFA, "kv_connector_extra_config": {}}, {"FI_PROVIDER": "efa"}, "tcp"),  # default rdma
     ({**MOONCAKE_EFA, "kv_connector_extra_config": {}}, {"FI_PROVIDER": "efa", "MOONCAKE_PROTOCOL": "efa"}, "efa"),
     (NIXL_LIBFABRIC, {"FI_PROVIDER": "efa"}, "efa"),

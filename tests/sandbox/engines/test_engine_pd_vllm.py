@@ -13,6 +13,7 @@ from sandbox.engines.tokenizer import make_prompt
 from tests.timing import timing
 from .client import best_ttft, completion, fetch, get_json, metric, metrics, run
 from sandbox.engines.stacks import vllm_stack
+from sandbox.nodes import efa_counters
 
 MODEL = LatencyModel()  # the stacks run with the default latency settings
 
@@ -22,8 +23,8 @@ def stack(module_engine_launcher):
     return vllm_stack(module_engine_launcher)
 
 
-def kv_bytes(base: str, direction: str, protocol: str) -> float:
-    return metric(metrics(base), "pdlift_sandbox_kv_transfer_bytes_total", direction=direction, protocol=protocol)
+def efa(node) -> dict[str, int]:
+    return efa_counters.read(node)
 
 
 def test_a_streamed_completion_through_the_router_returns_n_tokens_with_usage(stack):
@@ -34,18 +35,28 @@ def test_a_streamed_completion_through_the_router_returns_n_tokens_with_usage(st
                             "prompt_tokens_details": None}
 
 
-def test_kv_bytes_move_from_prefill_to_decode_over_efa_and_are_not_recomputed(stack):
-    sent, received = kv_bytes(stack.prefill, "sent", "efa"), kv_bytes(stack.decode, "received", "efa")
+def test_mooncake_writes_the_kv_over_the_nodes_efa_devices_and_decode_loads_it(stack):
+    """Mooncake pushes: rdma_write_bytes on the prefill's node, rdma_write_recv_bytes on the
+    decode's; decode counts the prompt as loaded over the connector, all but the last token."""
+    p0, d0 = efa(stack.prefill_node), efa(stack.decode_node)
+    by_source = {s: metric(metrics(stack.decode), "vllm:prompt_tokens_by_source_total", source=s)
+                 for s in ("local_compute", "external_kv_transfer")}
     [result] = run(stack.router + "/v1/completions", [completion(make_prompt(2000), 4)])
     assert result.status == 200
     expected = MODEL.kv_bytes(2000, "fp8")
-    assert kv_bytes(stack.prefill, "sent", "efa") - sent == expected
-    assert kv_bytes(stack.decode, "received", "efa") - received == expected
+    p1, d1 = efa(stack.prefill_node), efa(stack.decode_node)
+    assert p1["rdma_write_bytes"] - p0["rdma_write_bytes"] == expected
+    assert d1["rdma_write_recv_bytes"] - d0["rdma_write_recv_bytes"] == expected
+    assert p1["rdma_read_bytes"] == p0["rdma_read_bytes"] and d1["rdma_read_bytes"] == d0["rdma_read_bytes"]
     decode = metrics(stack.decode)
-    assert metric(decode, "pdlift_sandbox_kv_transfer_bytes_total", protocol="tcp") == 0
-    assert metric(decode, "pdlift_sandbox_kv_protocol_info", protocol="efa") == 1
-    assert metric(decode, "vllm:external_prefix_cache_hits_total") >= 2000
-    assert "Mooncake transfer engine protocol: efa" in stack.prefill_proc.log()
+    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") \
+        - by_source["external_kv_transfer"] == 1999
+    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute") \
+        - by_source["local_compute"] == 1
+    assert not any(name.startswith("vllm:mooncake") for name, _ in decode)  # stock vLLM: no such metrics
+    log = stack.prefill_proc.log()
+    assert "The Mooncake Transfer Engine is using efa as its protocol." in log
+    assert "EFA transport installed successfully" in log and "TcpTransport" not in log
 
 
 @timing

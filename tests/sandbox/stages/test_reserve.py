@@ -154,6 +154,7 @@ def test_a_capacity_block_is_bought_once_recorded_with_its_upfront_fee_and_adopt
     run = new_run(block_bp)
     reserved = stage.reserve(block_bp, run.identity, adapters.capacity, run.record, FAST)
     assert reserved.capacity_block and not reserved.adopted and reserved.placement_group is None
+    assert reserved.starts_at and reserved.ends_at  # sold for a start ahead: the pipeline waits for it
     (bought,) = aws_env.admin.requests(action="PurchaseCapacityBlock")
     entry = next(e for e in run.ledger.entries if e.kind == "capacity-block")
     assert entry.resource_id == reserved.reservation_id and entry.usd_per_hour == 0.0

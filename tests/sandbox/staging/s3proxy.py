@@ -4,7 +4,8 @@ It forwards requests unchanged (the Host header too, so SigV4 signatures still v
 answer ``503 SlowDown`` for a while, throttle response bodies, hold every ranged GET after the
 first N until stopped (a download that cannot finish, to kill it at a known point), and flip a
 byte of one object in ranged responses (corruption S3 would serve under the same ETag). It
-counts what it saw.
+counts what it saw, and records each request's method and path (with its query), as S3's server
+access log would, for tests that hold the IAM policy to the requests a run made.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class S3Proxy:
         self.corrupt_offset = 1 << 20
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "ranged_gets": 0, "slowdowns": 0, "body_bytes": 0}
+        self.seen: list[tuple[str, str, bool]] = []  # (method, path?query, ranged), in arrival order
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -67,6 +69,8 @@ class S3Proxy:
 
             def _forward(self):
                 proxy.count("requests")
+                with proxy.lock:
+                    proxy.seen.append((self.command, self.path, "Range" in self.headers))
                 ranged = self.command == "GET" and "Range" in self.headers
                 if ranged:
                     proxy.count("ranged_gets")

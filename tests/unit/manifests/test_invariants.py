@@ -102,7 +102,8 @@ def test_an_image_without_a_digest_is_rejected():
 
 @pytest.mark.parametrize("engine,connector,drop", [
     ("vllm", "mooncake", "FI_PROVIDER"), ("vllm", "nixl", "VLLM_NIXL_SIDE_CHANNEL_HOST"),
-    ("sglang", "mooncake", "MOONCAKE_PROTOCOL"), ("sglang", "nixl", "SGLANG_DISAGGREGATION_NIXL_BACKEND")])
+    ("sglang", "mooncake", "MOONCAKE_PROTOCOL"), ("sglang", "nixl", "SGLANG_DISAGGREGATION_NIXL_BACKEND"),
+    ("vllm", "nixl", "NIXL_LOG_LEVEL"), ("sglang", "nixl", "NIXL_LOG_LEVEL")])
 def test_protocol_efa_with_its_environment_missing_is_rejected(engine, connector, drop):
     bp = combo(engine, connector)
     objects = render(bp)

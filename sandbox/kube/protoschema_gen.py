@@ -1,0 +1,125 @@
+"""Write ``sandbox/kube/protoschema.py`` from the Go types of k8s.io/api and k8s.io/apimachinery.
+
+    python -m sandbox.kube.protoschema_gen API_CHECKOUT APIMACHINERY_CHECKOUT > sandbox/kube/protoschema.py
+
+The field numbers, JSON names, omitempty and pointer-ness all come from the struct tags
+(``json:"replicas,omitempty" protobuf:"varint,1,opt,name=replicas"``): the same tags
+go-to-protobuf generates ``generated.proto`` and the Marshal code from, so the table decodes what
+kubectl's typed clients send. Only the objects kubectl builds itself (``kubectl create
+namespace|configmap|secret|serviceaccount|service|deployment``, ``kubectl run``) are roots;
+``status`` is not followed: the apiserver resets it on create (the strategies' PrepareForCreate).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+SOURCES = {"core": ("api", "core/v1/types.go"), "apps": ("api", "apps/v1/types.go"),
+           "meta": ("apimachinery", "pkg/apis/meta/v1/types.go")}
+IMPORTS = {"core": {"metav1": "meta"}, "apps": {"metav1": "meta", "v1": "core"}, "meta": {}}
+# Types with their own wire form (and JSON form), decoded by hand in sandbox/kube/protobuf.py.
+SPECIAL = {"metav1.Time": "time", "metav1.MicroTime": "time", "Time": "time", "MicroTime": "time",
+           "resource.Quantity": "quantity", "intstr.IntOrString": "intorstring",
+           "runtime.RawExtension": "raw", "metav1.FieldsV1": "fieldsv1", "FieldsV1": "fieldsv1",
+           "metav1.Duration": "duration", "Duration": "duration", "types.UID": "string"}
+BASIC = {"string": "string", "bool": "bool", "float64": "double", "float32": "float",
+         **{t: "int" for t in ("int32", "int64", "int", "uint32", "uint64", "byte")}}
+ROOTS = ("core.Namespace", "core.ConfigMap", "core.Secret", "core.ServiceAccount", "core.Service", "core.Pod",
+         "apps.Deployment")
+_FIELD = re.compile(r"^\t([\w.*]+)(?:\s+([^\s`]+))?\s+`([^`]*)`")
+
+
+def _tag(tags: str, key: str) -> str | None:
+    m = re.search(key + r':"([^"]*)"', tags)
+    return m.group(1) if m else None
+
+
+class Generator:
+    def __init__(self, texts: dict[str, str]):
+        self.structs: dict[tuple[str, str], list] = {}
+        self.named: dict[tuple[str, str], str] = {}
+        for pkg, text in texts.items():
+            for m in re.finditer(r"^type (\w+) struct \{\n(.*?)^\}", text, re.S | re.M):
+                self.structs[(pkg, m.group(1))] = [f.groups() for f in map(_FIELD.match, m.group(2).splitlines())
+                                                   if f]
+            for m in re.finditer(r"^type (\w+) ([^\s{]+)\s*$", text, re.M):
+                self.named[(pkg, m.group(1))] = m.group(2)
+        self.out: dict[str, dict] = {}
+        self.queue: list[str] = list(ROOTS)
+
+    def resolve(self, pkg: str, t: str) -> tuple[str, bool]:
+        """(kind, repeated) of Go type ``t`` written in package ``pkg``."""
+        t = t.lstrip("*")
+        if t == "[]byte":
+            return "bytes", False
+        if t.startswith("[]"):
+            return self.resolve(pkg, t[2:])[0], True
+        if t.startswith("map["):
+            kind, repeated = self.resolve(pkg, t[t.index("]") + 1:])
+            return "map:" + kind + ("[]" if repeated else ""), False
+        if t in SPECIAL or t in BASIC:
+            return SPECIAL.get(t) or BASIC[t], False
+        qualifier, _, name = t.rpartition(".")
+        where = IMPORTS[pkg][qualifier] if qualifier else pkg
+        if (where, name) in self.structs:
+            key = f"{where}.{name}"
+            if key not in self.out and key not in self.queue:
+                self.queue.append(key)
+            return "msg:" + key, False
+        return self.resolve(where, self.named[(where, name)])
+
+    def run(self) -> dict[str, dict]:
+        while self.queue:
+            key = self.queue.pop(0)
+            if key in self.out:
+                continue
+            pkg, name = key.split(".")
+            fields = {}
+            for go_name, go_type, tags in self.structs[(pkg, name)]:
+                pb = _tag(tags, "protobuf")
+                if not pb or pb == "-":
+                    continue  # TypeMeta: apiVersion and kind travel in the envelope
+                if go_type is None:  # an embedded struct
+                    go_type = go_name
+                if key in ROOTS and go_type.endswith("Status"):
+                    continue
+                parts = pb.split(",")
+                json_opts = (_tag(tags, "json") or "").split(",")
+                kind, repeated = self.resolve(pkg, go_type)
+                flags = ("R" if repeated else "") + ("O" if "omitempty" in json_opts and not go_type.startswith("*")
+                                                    else "") + ("I" if json_opts[0] == "" else "")
+                fields[int(parts[1])] = (json_opts[0], kind, flags)
+            self.out[key] = fields
+        return self.out
+
+
+def render(schema: dict[str, dict]) -> str:
+    lines = ['"""Kubernetes protobuf field tables (generated by sandbox/kube/protoschema_gen.py; do not edit).',
+             "",
+             "message -> {field number: (JSON name, kind, flags)}; flags: R repeated, O omitempty (a zero value",
+             'is dropped, as encoding/json drops it), I inline (an embedded struct: its fields join the parent).',
+             '"""', "", "SCHEMA = {"]
+    for key in sorted(schema):
+        lines.append(f"    {key!r}: {{")
+        row = "       "
+        for number, field in sorted(schema[key].items()):
+            item = f" {number}: {field!r},"
+            if len(row) + len(item) > 118:
+                lines.append(row)
+                row = "       "
+            row += item
+        lines += [row, "    },"]
+    return "\n".join(lines + ["}", ""])
+
+
+def main(argv: list[str]) -> int:
+    roots = {"api": Path(argv[0]), "apimachinery": Path(argv[1])}
+    texts = {pkg: (roots[repo] / path).read_text() for pkg, (repo, path) in SOURCES.items()}
+    sys.stdout.write(render(Generator(texts).run()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
