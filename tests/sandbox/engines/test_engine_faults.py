@@ -60,20 +60,14 @@ def test_with_the_recompute_policy_a_failed_kv_load_is_recomputed_on_decode_inst
                        decode_kv={"kv_load_failure_policy": "recompute"})
     [result] = run(stack.router + "/v1/completions", [completion(make_prompt(100), 4)])
     assert result.status == 200 and len(result.texts) == 4
-    decode = metrics(stack.decode)
-    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute") == 100
-    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
-    assert efa_counters.read(stack.decode_node)["rdma_write_recv_bytes"] == 0
+    _decode_computed_the_prompt_itself(stack, 100)
 
 
 def test_the_recompute_fault_computes_the_prompt_on_decode_and_moves_no_kv(engine_launcher):
     stack = vllm_stack(engine_launcher, decode_env={"PDLIFT_SANDBOX_FAULTS": json.dumps({"recompute": True})})
     [result] = run(stack.router + "/v1/completions", [completion(make_prompt(500), 4)])
     assert result.status == 200 and len(result.texts) == 4
-    decode = metrics(stack.decode)
-    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute") == 500
-    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
-    assert efa_counters.read(stack.decode_node)["rdma_write_recv_bytes"] == 0
+    _decode_computed_the_prompt_itself(stack, 500)
 
 
 def test_the_failed_transfer_fault_counts_a_nixl_failure_and_fails_the_request(engine_launcher):
@@ -128,3 +122,11 @@ def test_the_slow_start_fault_keeps_health_at_503_for_that_long(engine_launcher)
     assert 503 in statuses and statuses[-1] == 200
     assert time.monotonic() - started >= 1.4
     assert engine.proc.poll() is None
+
+
+def _decode_computed_the_prompt_itself(stack, prompt_tokens: int) -> None:
+    """Decode counted the whole prompt as computed, none as loaded, and no KV reached its node."""
+    decode = metrics(stack.decode)
+    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute") == prompt_tokens
+    assert metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
+    assert efa_counters.read(stack.decode_node)["rdma_write_recv_bytes"] == 0
