@@ -26,3 +26,22 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+# scripts/test runs the suite on two pytest-xdist workers, a test file at a time on one worker (its
+# module fixtures are set up once). The end-to-end files that each run a whole Prefect server with
+# workers and a browser or a second worker share one queue: run side by side on a 2-core machine
+# they starve each other's timing (the UI run, the lease takeover).
+HEAVY_E2E = ("tests/e2e/test_browser.py", "tests/e2e/test_two_workers_takeover.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesWithOneHeavyQueue(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "heavy-e2e" if path in HEAVY_E2E else path
+
+    return FilesWithOneHeavyQueue(config, log)

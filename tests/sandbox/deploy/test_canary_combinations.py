@@ -31,26 +31,43 @@ def _node_counters(site) -> dict[str, int]:
             for name, t in site.targets.items()}
 
 
-@pytest.mark.parametrize("engine, connector", [("vllm", "nixl"), ("sglang", "mooncake"), ("sglang", "nixl")])
-def test_each_engine_and_connector_passes_the_canary_on_stock_evidence(make_site, http, engine, connector):
-    site = make_site(sections={"kv_transfer": {"connector": connector}}, **(SGLANG if engine == "sglang" else {}))
+def _deploy_and_count(site, http) -> tuple[str, dict[str, int]]:
+    """Deploy the site's stack; return the canary's summary and what each node's devices counted."""
     before = _node_counters(site)
     deployed = stage.deploy(site.blueprint, site.kube, http, options=OPTIONS, fabric=site.fabric)
-    summary = deployed.canary  # the stage returned: the canary passed
+    after = _node_counters(site)
+    return deployed.canary, {n: after[n] - before[n] for n in after}
+
+
+def _assert_passed_on_stock_evidence(site, summary: str, moved_by_node: dict[str, int]) -> None:
     assert "prefill log: efa" in summary and "decode log: efa" in summary
     # Independently of the product: the nodes of each role counted the canary's KV on their devices.
-    after = _node_counters(site)
-    kv = site.blueprint.kv_transfer
     for role in ("prefill", "decode"):
-        moved = sum(after[n] - before[n] for n, r in site.roles.items() if r == role)
-        assert moved >= 0.9 * deployed_kv_bytes(site), (role, kv, moved)
+        moved = sum(moved_by_node[n] for n, r in site.roles.items() if r == role)
+        assert moved >= 0.9 * deployed_kv_bytes(site), (role, site.blueprint.kv_transfer, moved)
 
 
 @pytest.fixture(scope="module")
-def nixl_site(make_module_site, http):
+def nixl_deploy(make_module_site, http):
+    """vLLM + NIXL, deployed once: its pass is checked, then the live faults are set on it."""
     site = make_module_site(sections={"kv_transfer": {"connector": "nixl"}})
-    stage.deploy(site.blueprint, site.kube, http, options=OPTIONS, fabric=site.fabric)
-    return site
+    summary, moved = _deploy_and_count(site, http)  # the stage returned: the canary passed
+    return site, summary, moved
+
+
+@pytest.fixture
+def nixl_site(nixl_deploy):
+    return nixl_deploy[0]
+
+
+def test_vllm_with_nixl_passes_the_canary_on_stock_evidence(nixl_deploy):
+    _assert_passed_on_stock_evidence(*nixl_deploy)
+
+
+@pytest.mark.parametrize("connector", ["mooncake", "nixl"])
+def test_sglang_with_each_connector_passes_the_canary_on_stock_evidence(make_site, http, connector):
+    site = make_site(sections={"kv_transfer": {"connector": connector}}, **SGLANG)
+    _assert_passed_on_stock_evidence(site, *_deploy_and_count(site, http))
 
 
 def _canary_with(site, http, engine_faults, **faults) -> tuple[str, ...]:
