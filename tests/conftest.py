@@ -29,22 +29,21 @@ def prefect_harness():
 
 
 # scripts/test runs the suite on two pytest-xdist workers, a test file at a time on one worker (its
-# module fixtures are set up once). The files whose verdicts rest on a latency measured on this
-# machine (a whole Prefect server with workers and a browser, the two-worker takeover and the
-# redeploy after it, the benchmark-gated flows and bench commands) share one queue: run side by
-# side on a 2-core machine they starve each other's measurements (a gate then FAILs on noise).
-SERIAL = ("tests/e2e/test_browser.py", "tests/e2e/test_two_workers_takeover.py",
-          "tests/flows/test_benchmark_gate.py", "tests/flows/test_recreate.py", "tests/flows/test_gate_resume.py",
-          "tests/sandbox/bench/test_cli.py", "tests/sandbox/bench/test_benchmark_sequential.py")
+# module fixtures are set up once). The end-to-end files that each run a whole Prefect server with
+# workers and a browser or a second worker share one queue: run side by side on a 2-core machine
+# they starve each other's timing (the UI run, the lease takeover).
+HEAVY_E2E = ("tests/e2e/test_browser.py", "tests/e2e/test_two_workers_takeover.py")
+# The flow tests whose gate verdicts rest on benchmarks measured on this machine: one at a time.
+GATE_FLOWS = ("tests/flows/test_benchmark_gate.py", "tests/flows/test_recreate.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
-    class FilesWithOneSerialQueue(LoadFileScheduling):
+    class FilesWithOneHeavyQueue(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "measured-serially" if path in SERIAL else path
+            return "heavy-e2e" if path in HEAVY_E2E else "gate-flows" if path in GATE_FLOWS else path
 
-    return FilesWithOneSerialQueue(config, log)
+    return FilesWithOneHeavyQueue(config, log)
