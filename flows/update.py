@@ -26,6 +26,7 @@ from flows.deploy import deploy_flow
 from flows.migrate import REDEPLOY_STAGES, STAGE_FLOWS, MigrateParams, migrate
 from tasks import update as tasks
 from tasks.errors import StageFailed
+from tasks.planning.manifests.common import SHUTDOWN_TIMEOUT_S
 from tasks.planning.strategy import Strategy
 from tasks.runs import Run
 from tasks.stages import deploy as deploy_stage
@@ -40,9 +41,14 @@ def update(blueprint_path: str, run_id: str | None, strategy: Strategy = "auto")
                                        rerun=REDEPLOY_STAGES))
         return {**result, "strategy": "blue-green", "strategy_reason": choice.reason}
     if choice.strategy == "recreate":
+        estimate = tasks.estimate_downtime(run)
         pipeline.run_stages(run, ["weights"], ["weights"], STAGE_FLOWS)
-        return {**recreate(run), "strategy": "recreate", "strategy_reason": choice.reason}
-    raise StageFailed(f"{run.blueprint.name}: strategy {choice.strategy} cannot run here; nothing was touched")
+        return {**recreate(run), "strategy": "recreate", "strategy_reason": choice.reason,
+                "downtime_estimate_s": estimate.expected_s, "downtime_estimate_phases_s": estimate.phases_s}
+    raise StageFailed(f"{run.blueprint.name}: strategy {choice.strategy} ({choice.reason}) is not available in "
+                      "this version of pdlift; nothing was touched. Available: blue-green (needs room beside "
+                      "the live colour) and recreate (downtime: set promotion.allow_downtime, or --strategy "
+                      "recreate)")
 
 
 def _live_colour(run: Run) -> str | None:
@@ -50,40 +56,29 @@ def _live_colour(run: Run) -> str | None:
         return deploy_stage.live_colour(run.blueprint, wiring.kube)
 
 
-def _generation(run: Run) -> str:
-    run.reload()
-    deployed = run.ledger.deployed()
-    return deployed.generation if deployed else ""
-
-
 def recreate(run: Run) -> dict:
     """The recreate sequence; returns its outcome with the downtime (production's switch to
-    maintenance to its first answer from the new version), its phases in seconds, and the
-    downtime ``pdlift plan`` estimated for it."""
+    maintenance to its first answer from the new version) and its phases, in seconds."""
     log, bp = get_run_logger(), run.blueprint
-    estimate = tasks.estimate_downtime(run)
-    retry_after = max(1, int(estimate.expected_s))  # what a client is told to wait
-    cut_off = tasks.in_maintenance(run)
-    if cut_off is not None:
-        previous, snap = cut_off.restores_to, tasks.snapshot(run, cut_off.restores_to, running=False)
-        if _candidate_is_up(run, _other(previous), cut_off.generation_before):
-            # Replayed after a crash (or a suspension) past this recreate's own bring-up: its
-            # candidate is up and its measurement is cached: judge it, do not tear it down.
-            log.info(f"{bp.name}: production in maintenance with {_other(previous)} up: continuing at its gate")
-            return _gate_or_restore(run, snap, {}, None, retry_after, estimate)
+    previous = tasks.in_maintenance(run)
+    if previous is not None and _candidate_is_up(run, _other(previous)):
+        # Replayed after a suspension for approval (or a crash after the bring-up): the candidate
+        # is up, its measurement and verdict are cached: judge it again, do not tear it down.
+        snap = tasks.snapshot(run, previous, running=False)
+        log.info(f"{bp.name}: production in maintenance with {_other(previous)} up: continuing at its gate")
+        return _gate_or_restore(run, previous, snap, {}, None)
+    if previous is not None:
         log.warning(f"{bp.name}: production is in maintenance (an earlier recreate was cut off): restoring "
                     f"{previous} first")
+        snap = tasks.snapshot(run, previous, running=False)
         tasks.remove(run, _other(previous))
         tasks.restore(run, snap)
     live = _live_colour(run)
     if live is None:
         raise StageFailed(f"{bp.name}: nothing is live to recreate; run `pdlift deploy` (or migrate) first")
-    snap = tasks.snapshot(run, live)  # refused before anything is touched when it could not restore
-    phases: dict[str, float] = {}
-    down_at = None
+    snap = tasks.snapshot(run, live)
+    phases, down_at = tasks.drain(run, live, SHUTDOWN_TIMEOUT_S)
     try:
-        drained, down_at = tasks.drain(run, snap, retry_after, _generation(run))
-        phases |= drained
         mark = time.monotonic()
         tasks.remove(run, live)
         phases["remove"] = round(time.monotonic() - mark, 3)
@@ -91,39 +86,32 @@ def recreate(run: Run) -> dict:
         deploy_flow(run.blueprint_path, run.run_id, colour=_other(live))
         phases["bring_up"] = round(time.monotonic() - mark, 3)
     except Exception:
-        _restore(run, snap, phases, down_at, retry_after)
+        _restore(run, live, snap, phases, down_at)
         raise
-    return _gate_or_restore(run, snap, phases, down_at, retry_after, estimate)
+    return _gate_or_restore(run, live, snap, phases, down_at)
 
 
-def _gate_or_restore(run: Run, snap, phases: dict[str, float], down_at: float | None, retry_after: int,
-                     estimate) -> dict:
-    """Benchmark and gate the candidate. An INCONCLUSIVE verdict waits for a person like any gate
-    (production stays in maintenance meanwhile: the plan's worst case counts the wait)."""
-    bp, live, candidate = run.blueprint, snap.colour, _other(snap.colour)
+def _gate_or_restore(run: Run, live: str, snap, phases: dict[str, float], down_at: float | None) -> dict:
+    bp, candidate = run.blueprint, _other(live)
     try:
         mark = time.monotonic()
         gate = benchmark_flow(run.blueprint_path, run.run_id, colour=candidate)
         phases["benchmark_and_switch"] = round(time.monotonic() - mark, 3)
+        tasks.close_maintenance(run)
     except Exception:
-        _restore(run, snap, phases, down_at, retry_after)
+        _restore(run, live, snap, phases, down_at)
         raise
-    tasks.close_maintenance(run)  # production is on the candidate: a failed clean-up only warns
     if down_at is not None and gate.promotion is not None:
         phases["downtime"] = round(gate.promotion.answered_at - down_at, 3)
     get_run_logger().info(f"{bp.name}: production on {candidate}: " + _rows(phases))
     return {"deployment": bp.name, "previous": live, "colour": candidate, "outcome": gate.outcome,
-            "phases_s": phases, "downtime_estimate_s": estimate.expected_s,
-            "downtime_estimate_phases_s": estimate.phases_s}
+            "phases_s": phases}
 
 
-def _restore(run: Run, snap, phases: dict[str, float], down_at: float | None, retry_after: int) -> None:
-    """After a FAIL or any error: production off the candidate (if it was switched to it), the
-    candidate out, the snapshot back (a no-op apply when the live colour was never deleted),
-    its canary passed, production on it."""
-    log, bp, candidate = get_run_logger(), run.blueprint, _other(snap.colour)
-    log.error(f"{bp.name}: the recreate of {candidate} did not promote; restoring {snap.colour}")
-    tasks.back_to_maintenance(run, snap, retry_after)
+def _restore(run: Run, live: str, snap, phases: dict[str, float], down_at: float | None) -> None:
+    """After a FAIL or an error: the candidate out, the snapshot back, production on it."""
+    log, bp, candidate = get_run_logger(), run.blueprint, _other(live)
+    log.error(f"{bp.name}: the recreate of {candidate} did not promote; restoring {live}")
     mark = time.monotonic()
     tasks.remove(run, candidate)
     phases["remove_candidate"] = round(time.monotonic() - mark, 3)
@@ -131,14 +119,13 @@ def _restore(run: Run, snap, phases: dict[str, float], down_at: float | None, re
     phases |= restored
     if down_at is not None:
         phases["downtime"] = round(up_at - down_at, 3)
-    log.warning(f"{bp.name}: production back on {snap.colour} (revision {snap.revision}): " + _rows(phases))
+    log.warning(f"{bp.name}: production back on {live} (revision {snap.revision}): " + _rows(phases))
 
 
-def _candidate_is_up(run: Run, candidate: str, generation_before: str) -> bool:
-    """A deploy of ``candidate`` recorded since the recreate began, and its namespace still there."""
+def _candidate_is_up(run: Run, candidate: str) -> bool:
     run.reload()
     deployed = run.ledger.deployed()
-    if deployed is None or deployed.colour != candidate or deployed.generation == generation_before:
+    if deployed is None or deployed.colour != candidate:
         return False
     with Wiring(run.blueprint) as wiring:
         return wiring.routing.presence("v1", "Namespace", deployed.engines_namespace) == "present"

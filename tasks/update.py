@@ -8,7 +8,6 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from tasks.errors import PdliftError
 from tasks.planning import kv_fingerprint, room, strategy, update_plan
 from tasks.planning.plan import make_plan
 from tasks.planning.identity import artifact_key
@@ -84,14 +83,13 @@ def snapshot(run: Run, live: str, running: bool = True) -> stage.Snapshot:
 
 
 @task(cache_policy=NO_CACHE)
-def drain(run: Run, snap: stage.Snapshot, retry_after_s: int, generation_before: str) -> tuple[dict[str, float], float]:
+def drain(run: Run, live: str, retry_after_s: int) -> tuple[dict[str, float], float]:
     """Production to maintenance, then the live engines' in-flight requests finish. (Seconds per
     phase, when production went down in epoch seconds.)"""
-    bp, log, clock, live = run.blueprint, get_run_logger(), Clock(), snap.colour
+    bp, log, clock = run.blueprint, get_run_logger(), Clock()
     with Wiring(bp) as wiring:
         started = clock.monotonic()
-        down_at = stage.open_maintenance(bp, wiring.routing, live, retry_after_s, clock,
-                                         image=snap.blueprint.engine.image, generation_before=generation_before)
+        down_at = stage.open_maintenance(bp, wiring.routing, live, retry_after_s, clock)
         switched = round(clock.monotonic() - started, 3)
         log.info(f"{bp.name}: production answers 503 (Retry-After {retry_after_s} s) from the maintenance "
                  "responder; waiting for in-flight requests")
@@ -100,16 +98,6 @@ def drain(run: Run, snap: stage.Snapshot, retry_after_s: int, generation_before:
         log.warning(f"{bp.name}: {left} request(s) still running on {live} after {waited:.0f} s (the engines' "
                     "--shutdown-timeout); they are cut off")
     return {"maintenance_on": switched, "drain": waited}, down_at
-
-
-@task(cache_policy=NO_CACHE)
-def back_to_maintenance(run: Run, snap: stage.Snapshot, retry_after_s: int) -> None:
-    """Production off a candidate that was switched to and then failed, before it is deleted."""
-    bp = run.blueprint
-    with Wiring(bp) as wiring:
-        if deploy_stage.live_colour(bp, wiring.kube) not in (None, snap.colour):
-            stage.open_maintenance(bp, wiring.routing, snap.colour, retry_after_s, Clock(),
-                                   image=snap.blueprint.engine.image)
 
 
 @task(cache_policy=NO_CACHE)
@@ -135,20 +123,14 @@ def restore(run: Run, snap: stage.Snapshot, poll_s: float = 5.0) -> tuple[dict[s
 
 @task(cache_policy=NO_CACHE)
 def close_maintenance(run: Run) -> None:
-    """Delete the responder once production is back on engines; a failure only warns (production
-    is already served), naming the command that finishes it."""
     bp = run.blueprint
-    try:
-        with Wiring(bp) as wiring:
-            stage.close_maintenance(bp, wiring.kube)
-    except PdliftError as e:
-        get_run_logger().warning(f"{bp.name}: could not delete the maintenance responder ({e}); delete it with: "
-                                 f"kubectl -n {common.stable_namespace(bp)} delete deployment maintenance")
+    with Wiring(bp) as wiring:
+        stage.close_maintenance(bp, wiring.kube)
 
 
 @task(cache_policy=NO_CACHE)
-def in_maintenance(run: Run) -> stage.Maintenance | None:
-    """What a cut-off recreate must put back; None when production is not in maintenance."""
+def in_maintenance(run: Run) -> str | None:
+    """The colour a cut-off recreate must put back; None when production is not in maintenance."""
     bp = run.blueprint
     with Wiring(bp) as wiring:
         return stage.in_maintenance(bp, wiring.routing)

@@ -33,8 +33,6 @@ def prefect_harness():
 # workers and a browser or a second worker share one queue: run side by side on a 2-core machine
 # they starve each other's timing (the UI run, the lease takeover).
 HEAVY_E2E = ("tests/e2e/test_browser.py", "tests/e2e/test_two_workers_takeover.py")
-# The flow tests whose gate verdicts rest on benchmarks measured on this machine: one at a time.
-GATE_FLOWS = ("tests/flows/test_benchmark_gate.py", "tests/flows/test_recreate.py")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -44,6 +42,6 @@ def pytest_xdist_make_scheduler(config, log):
     class FilesWithOneHeavyQueue(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "heavy-e2e" if path in HEAVY_E2E else "gate-flows" if path in GATE_FLOWS else path
+            return "heavy-e2e" if path in HEAVY_E2E else path
 
     return FilesWithOneHeavyQueue(config, log)

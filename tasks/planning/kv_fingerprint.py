@@ -23,9 +23,6 @@ VERSION_LABEL = "app.kubernetes.io/version"
 # Connector settings that differ by role and by design (not part of the KV's shape).
 _ROLE_KEYS = {"kv_role"}
 _SGLANG_ROLE_FLAGS = {"--disaggregation-mode"}
-# The transport is chosen by environment for some engine x connector pairs (SGLang's Mooncake and
-# NIXL backends, libfabric's provider): a change there is a change of the wire.
-TRANSPORT_ENV = ("FI_PROVIDER", "MOONCAKE_PROTOCOL", "SGLANG_DISAGGREGATION_NIXL_BACKEND")
 
 Fingerprint = dict[str, dict[str, str]]  # role -> field -> value
 
@@ -53,19 +50,11 @@ def _speculative(view: views.EngineView) -> str:
 
 def _of(view: views.EngineView) -> dict[str, str]:
     meta = view.lws.get("metadata") or {}
-    env = view.env
     return {
         "engine": view.engine,
-        # The image too, not only the declared version: a new image is in general a new engine
-        # build, and vLLM's NIXL handshake compares the running version, not the blueprint's.
-        "engine_image": str(view.container.get("image", "")),
         "engine_version": (meta.get("labels") or {}).get(VERSION_LABEL, ""),
         "connector": view.kv_library,
         "connector_config": _connector_config(view),
-        "transport_env": ",".join(f"{k}={env[k]}" for k in TRANSPORT_ENV if k in env) or "none",
-        # How the KV heads and layers are sharded over the role's ranks.
-        "attention_tp": str(view.attention_tp),
-        "pp": str(view.pp),
         "block_size": view.block_size,
         "kv_cache_dtype": view.kv_cache_dtype,
         "dtype": view.flag("--dtype"),

@@ -21,8 +21,6 @@ from blueprints.schema import PromotionSpec, Strategy
 from tasks.errors import ConfigError
 
 STRATEGIES: tuple[Strategy, ...] = ("auto", "blue-green", "rolling", "recreate", "fleet")
-# What this version of pdlift can run; auto passes over the others, naming them.
-AVAILABLE: tuple[Strategy, ...] = ("blue-green", "recreate")
 
 
 class StrategyRefused(ConfigError):
@@ -36,21 +34,17 @@ class StrategyChoice:
 
 
 def choose(requested: Strategy, promotion: PromotionSpec, *, live: str | None, room_shortfalls: list[str],
-           kv_changes: list[str], available: tuple[Strategy, ...] = AVAILABLE) -> StrategyChoice:
+           kv_changes: list[str]) -> StrategyChoice:
     """``requested`` (``auto`` defers to ``promotion.strategy``); ``room_shortfalls``: why the
     candidate does not fit beside the live colour (``room.shortfalls``, empty: it fits);
-    ``kv_changes``: ``kv_fingerprint.differences`` between the live and the candidate stacks;
-    ``available``: the strategies that can run (auto passes over the others)."""
+    ``kv_changes``: ``kv_fingerprint.differences`` between the live and the candidate stacks."""
     if requested not in STRATEGIES:
         raise ConfigError(f"unknown strategy {requested!r}; choose one of {', '.join(STRATEGIES)}")
     wanted = promotion.strategy if requested == "auto" else requested
     if live is None:
         return StrategyChoice("blue-green", "nothing is live yet: the first colour comes up on the empty fleet")
     if wanted == "auto":
-        return _auto(promotion, live, room_shortfalls, kv_changes, available)
-    if wanted not in available:
-        raise StrategyRefused(f"{wanted}: not available in this version of pdlift; nothing was touched. "
-                              f"Available: {', '.join(available)}")
+        return _auto(promotion, live, room_shortfalls, kv_changes)
     if wanted == "blue-green" and room_shortfalls:
         raise StrategyRefused(f"blue-green: no room for a second colour beside the live {live}: "
                               + "; ".join(room_shortfalls) + ". Use --strategy recreate (downtime), rolling "
@@ -62,24 +56,16 @@ def choose(requested: Strategy, promotion: PromotionSpec, *, live: str | None, r
     return StrategyChoice(wanted, "asked for" if requested != "auto" else "promotion.strategy in the blueprint")
 
 
-def _auto(promotion: PromotionSpec, live: str, room_shortfalls: list[str], kv_changes: list[str],
-          available: tuple[Strategy, ...]) -> StrategyChoice:
+def _auto(promotion: PromotionSpec, live: str, room_shortfalls: list[str], kv_changes: list[str]) -> StrategyChoice:
     if not room_shortfalls:
         return StrategyChoice("blue-green", f"the fleet has room for the candidate beside the live {live}")
     full = f"no room beside the live {live} ({'; '.join(room_shortfalls)})"
-    rolling_ok = not kv_changes and promotion.allow_role_downtime
-    if rolling_ok and "rolling" in available:
+    if not kv_changes and promotion.allow_role_downtime:
         return StrategyChoice("rolling", f"{full}; the KV fingerprint is unchanged and "
                                          "promotion.allow_role_downtime is true")
     why_not_rolling = ("the KV fingerprint changes (" + "; ".join(kv_changes) + ")" if kv_changes
-                       else "promotion.allow_role_downtime is false" if not promotion.allow_role_downtime
-                       else "rolling is not available in this version")
+                       else "promotion.allow_role_downtime is false")
     if promotion.allow_downtime:
         return StrategyChoice("recreate", f"{full}; not rolling: {why_not_rolling}; promotion.allow_downtime is true")
-    reason = (f"{full}; not rolling: {why_not_rolling}; no downtime allowed (promotion.allow_downtime is false): "
-              "a second fleet")
-    if "fleet" not in available:
-        raise StrategyRefused(f"auto: {reason}, which this version of pdlift cannot run; nothing was touched. Set "
-                              "promotion.allow_downtime: true for recreate (downtime in a maintenance window), or "
-                              "add nodes for a second colour (blue-green)")
-    return StrategyChoice("fleet", reason)
+    return StrategyChoice("fleet", f"{full}; not rolling: {why_not_rolling}; no downtime allowed "
+                                   "(promotion.allow_downtime is false): a second fleet")

@@ -24,7 +24,7 @@ import yaml
 
 from blueprints.loader import parse_blueprint
 from blueprints.schema import Blueprint
-from tasks.errors import NotReadyYet, RemoteUnavailable, StackNotReady, StageFailed
+from tasks.errors import NotReadyYet, StackNotReady, StageFailed
 from tasks.planning.manifests import common, maintenance
 from tasks.planning.manifests.common import COLOUR_LABEL, REVISION_LABEL, colour_namespace, stable_namespace
 from tasks.planning.manifests.pods import LWS_API
@@ -35,10 +35,7 @@ from tasks.stages.clock import Clock, poll_until
 from tasks.stages.deploy_wait import wait_for_stack
 from tasks.stages.ports import Engines, FabricCounters, KubeObjects, Routing
 
-# In flight: running, and waiting (a disaggregated request waiting for its KV transfer counts as
-# waiting, not running: vLLM num_requests_waiting, SGLang num_queue_reqs).
-IN_FLIGHT_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs",
-                    "sglang:num_queue_reqs")
+RUNNING_GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs")
 MAINTENANCE_READY_S = 120.0
 
 
@@ -66,52 +63,42 @@ def read_snapshot(bp: Blueprint, kube: KubeObjects, colour: str, directory: Path
     if not manifests.exists() or not blueprint.exists():
         raise StageFailed(f"{bp.name}: no snapshot of the live colour {colour} under {directory} (the deploy that "
                           "brought it up stores one): without it a failed recreate could not put it back, so "
-                          "nothing was touched. Bring the live colour up once with this version of pdlift "
-                          "(`pdlift deploy`, then promote it), then redeploy")
+                          "nothing was touched. Redeploy with --strategy fleet, or bring the live colour up "
+                          "once with this version of pdlift")
     objects = [o for o in yaml.safe_load_all(manifests.read_text()) if o]
     stored = _revision_of(objects)
     if not stored:
         raise StageFailed(f"{bp.name}: the snapshot of {colour} under {directory} has no {REVISION_LABEL} label")
-    ns = colour_namespace(bp, colour)
-    revisions = {((kube.get(LWS_API, "LeaderWorkerSet", role, ns) or {}).get("metadata") or {}).get(
-        "labels", {}).get(REVISION_LABEL, "") for role in (common.PREFILL, common.DECODE)}
-    live = ", ".join(sorted(r or "unlabelled" for r in revisions))
-    if running and revisions != {stored}:
+    lws = kube.get(LWS_API, "LeaderWorkerSet", common.DECODE, colour_namespace(bp, colour)) or {}
+    live = ((lws.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "")
+    if running and stored != live:
         raise StageFailed(f"{bp.name}: the snapshot of {colour} is revision {stored} but the live engines run "
-                          f"{live}; refusing to recreate over a stack pdlift could "
+                          f"{live or 'an unlabelled revision'}; refusing to recreate over a stack pdlift could "
                           "not restore. Nothing was touched")
     return Snapshot(colour, blueprint.read_text(), objects, stored)
 
 
-@dataclass(frozen=True)
-class Maintenance:
-    restores_to: str        # the colour that was live
-    generation_before: str  # the run's last deploy generation when the recreate began
-
-
-def in_maintenance(bp: Blueprint, routing: Routing) -> Maintenance | None:
-    """What to put back when production points at the maintenance responder (a recreate is in
-    flight, or was cut off); None when it does not."""
+def in_maintenance(bp: Blueprint, routing: Routing) -> str | None:
+    """The colour to put back when production points at the maintenance responder (a recreate is
+    in flight, or was cut off); None when it does not."""
     ns = stable_namespace(bp)
     selector = routing.selector(ns, bp.name) or {}
     if selector.get("app.kubernetes.io/component") != maintenance.MAINTENANCE:
         return None
-    notes = routing.annotations("v1", "Service", bp.name, ns)
-    colour = notes.get(maintenance.RESTORES_TO_ANNOTATION, "")
+    colour = routing.annotations("v1", "Service", bp.name, ns).get(maintenance.RESTORES_TO_ANNOTATION, "")
     if colour not in common.COLOURS:
         raise StageFailed(f"{bp.name}: production ({ns}/{bp.name}) is in maintenance but does not say which colour "
                           f"to restore ({maintenance.RESTORES_TO_ANNOTATION}); promote one by hand: "
-                          f"by hand (kubectl -n {ns} edit service {bp.name}: its selector's pdlift.io/colour)")
-    return Maintenance(colour, notes.get(maintenance.GENERATION_ANNOTATION, ""))
+                          f"`pdlift promote BLUEPRINT COLOUR`")
+    return colour
 
 
 def open_maintenance(bp: Blueprint, routing: Routing, live: str, retry_after_s: int, clock: Clock,
-                     bound_s: float = MAINTENANCE_READY_S, image: str | None = None,
-                     generation_before: str = "") -> float:
+                     bound_s: float = MAINTENANCE_READY_S) -> float:
     """Production answers 503 + Retry-After: the responder first, then the Service switched to it.
     Returns when (epoch seconds) every ready endpoint of production was the responder."""
     ns = stable_namespace(bp)
-    routing.apply(maintenance.deployment(bp, retry_after_s, image))
+    routing.apply(maintenance.deployment(bp, retry_after_s))
     kube = routing.kube
 
     def responder_ready():
@@ -119,7 +106,7 @@ def open_maintenance(bp: Blueprint, routing: Routing, live: str, retry_after_s: 
 
     _bounded(responder_ready, bound_s, clock, f"the maintenance responder {ns}/{maintenance.MAINTENANCE} "
                                               "did not become ready")
-    routing.apply(maintenance.production_service(bp, live, generation_before))
+    routing.apply(maintenance.production_service(bp, live))
 
     def switched():
         ready = [e for e in routing.endpoints(ns, bp.name) if e.ready]
@@ -152,9 +139,9 @@ def wait_in_flight(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str,
             port = p.ports.get("http", ports.get(p.labels.get(common.ROLE_LABEL, ""), 0))
             try:
                 samples = http.metrics(f"http://{p.pod_ip}:{port}/metrics")
-            except (StackNotReady, RemoteUnavailable, OSError):
-                continue  # an engine that does not answer cannot be waited for: its own drain applies
-            running += int(sum(s.value for s in samples if s.name in IN_FLIGHT_GAUGES))
+            except (StackNotReady, OSError):
+                continue  # an engine that no longer answers runs nothing
+            running += int(sum(s.value for s in samples if s.name in RUNNING_GAUGES))
         left[0] = running
         return running == 0 or None
 

@@ -6,19 +6,15 @@ import pytest
 
 from blueprints.schema import PromotionSpec
 from tasks.errors import ConfigError
-from tasks.planning.strategy import STRATEGIES, StrategyRefused, choose
+from tasks.planning.strategy import StrategyRefused, choose
 
 FULL = ["decode: 2 pod(s) of 8 GPUs wanted, room for 0 on 2 decode node(s)"]
 BLOCK = ["decode block_size: 64 -> 128", "prefill block_size: 64 -> 128"]
 
 
-ALL = tuple(s for s in STRATEGIES if s != "auto")
-
-
-def pick(requested="auto", *, live="blue", room=(), kv=(), available=ALL, **promotion):
-    """The choice as it will be once every strategy runs (``available``: what auto may take)."""
+def pick(requested="auto", *, live="blue", room=(), kv=(), **promotion):
     return choose(requested, PromotionSpec(**promotion), live=live, room_shortfalls=list(room),
-                  kv_changes=list(kv), available=available)
+                  kv_changes=list(kv))
 
 
 @pytest.mark.parametrize("promotion, room, kv, expected", [
@@ -72,14 +68,3 @@ def test_recreate_and_fleet_need_neither_room_nor_an_unchanged_fingerprint(strat
 def test_an_unknown_strategy_is_bad_input():
     with pytest.raises(ConfigError, match="unknown strategy 'canary'"):
         pick("canary")
-
-
-def test_today_auto_passes_over_rolling_to_recreate_and_refuses_rather_than_pick_fleet():
-    today = choose("auto", PromotionSpec(allow_role_downtime=True, allow_downtime=True), live="blue",
-                   room_shortfalls=FULL, kv_changes=[])
-    assert today.strategy == "recreate" and "rolling is not available" in today.reason
-    with pytest.raises(StrategyRefused, match="allow_downtime: true for recreate"):
-        choose("auto", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[])
-    with pytest.raises(StrategyRefused, match="fleet: not available"):
-        choose("fleet", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[])
-    assert choose("auto", PromotionSpec(), live="blue", room_shortfalls=[], kv_changes=[]).strategy == "blue-green"

@@ -8,7 +8,6 @@ from tasks.planning import update_plan
 from tasks.planning.manifests import render_stack
 from tasks.planning.manifests.common import SHUTDOWN_TIMEOUT_S
 from tasks.planning.plan import make_plan
-from tasks.planning.strategy import StrategyRefused
 from tests.unit.manifests.helpers import REFERENCE, variant
 
 
@@ -58,11 +57,9 @@ def test_a_fleet_whose_pods_take_half_a_node_has_room_and_auto_takes_blue_green(
     assert update_plan.auto_on_own_fleet(REFERENCE, _objects(REFERENCE), 16).strategy == "blue-green"
 
 
-def test_without_downtime_allowed_auto_would_need_a_second_fleet_and_the_plan_warns():
+def test_without_downtime_allowed_auto_needs_a_second_fleet():
     bp = REFERENCE.model_copy(update={"promotion": REFERENCE.promotion.model_copy(update={"allow_downtime": False})})
-    with pytest.raises(StrategyRefused, match="a second fleet"):
-        update_plan.auto_on_own_fleet(bp, _objects(bp), 8)
-    assert any("promotion.strategy auto cannot update this fleet" in w for w in make_plan(bp).warnings)
+    assert update_plan.auto_on_own_fleet(bp, _objects(bp), 8).strategy == "fleet"
 
 
 def test_the_plan_warns_when_the_blueprints_strategy_cannot_update_its_fleet():

@@ -31,9 +31,7 @@ class H(http.server.BaseHTTPRequestHandler):
             self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers(); return
         self.send_response(503); self.send_header("Retry-After", RETRY_AFTER)
         self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(BODY)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(BODY)
+        self.end_headers(); self.wfile.write(BODY)
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
     def log_message(self, *args):
         pass
@@ -50,13 +48,10 @@ def selector(bp: Blueprint) -> dict[str, str]:
     return {common.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/component": MAINTENANCE}
 
 
-def deployment(bp: Blueprint, retry_after_s: int, image: str | None = None) -> dict:
-    """``image``: one the nodes already hold (a recreate passes the live colour's), so nothing is
-    pulled while production is down; default the blueprint's engine image."""
+def deployment(bp: Blueprint, retry_after_s: int) -> dict:
     env = {"PORT": str(MAINTENANCE_PORT), "RETRY_AFTER_S": str(retry_after_s), "READY_PATH": READY_PATH}
     container = {
-        "name": MAINTENANCE, "image": common.require_digest(image or bp.engine.image),
-        "imagePullPolicy": "IfNotPresent",
+        "name": MAINTENANCE, "image": common.require_digest(bp.engine.image), "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-c", SERVER],
         "ports": [{"name": "http", "containerPort": MAINTENANCE_PORT}],
         "env": [common.field_env("POD_IP", "status.podIP"), *common.env_list(env)],
@@ -75,12 +70,9 @@ def deployment(bp: Blueprint, retry_after_s: int, image: str | None = None) -> d
 
 
 RESTORES_TO_ANNOTATION = "pdlift.io/restores-to"
-# The run's last deploy generation when the recreate began: a deploy recorded since is this
-# recreate's candidate, an older one is not (a re-run must not judge a stale candidate).
-GENERATION_ANNOTATION = "pdlift.io/deploy-generation-before"
 
 
-def production_service(bp: Blueprint, restores_to: str, generation_before: str = "") -> dict:
+def production_service(bp: Blueprint, restores_to: str) -> dict:
     """The production Service pointed at the maintenance responder. ``restores_to`` (the colour
     that was live) is kept on it, in the cluster where any worker finds it: a re-run after a
     recreate was cut off knows what to put back."""
@@ -89,8 +81,7 @@ def production_service(bp: Blueprint, restores_to: str, generation_before: str =
                                     {common.DEPLOYMENT_LABEL: bp.name, "app.kubernetes.io/part-of": bp.name,
                                      "app.kubernetes.io/managed-by": "pdlift",
                                      "app.kubernetes.io/component": "production"},
-                                    {"pdlift.io/live-colour": MAINTENANCE, RESTORES_TO_ANNOTATION: restores_to,
-                                     GENERATION_ANNOTATION: generation_before}),
+                                    {"pdlift.io/live-colour": MAINTENANCE, RESTORES_TO_ANNOTATION: restores_to}),
             "spec": {"type": "ClusterIP", "selector": selector(bp),
                      "ports": [{"name": "http", "port": PRODUCTION_PORT, "targetPort": MAINTENANCE_PORT,
                                 "protocol": "TCP"}]}}
