@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 import threading
 import time
 import uuid
@@ -244,4 +245,17 @@ def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
         try:
             sftp.stat(current)
         except FileNotFoundError:
-            sftp.mkdir(current)
+            try:
+                sftp.mkdir(current)
+            except OSError:
+                # Another session made it between the stat and the mkdir: OpenSSH's sftp-server
+                # answers that with a bare SSH_FX_FAILURE ("Failure"), not "already exists".
+                if not _is_dir(sftp, current):
+                    raise
+
+
+def _is_dir(sftp: paramiko.SFTPClient, path: str) -> bool:
+    try:
+        return stat.S_ISDIR(sftp.stat(path).st_mode or 0)
+    except FileNotFoundError:
+        return False

@@ -170,6 +170,28 @@ def test_upload_copies_a_file_over_sftp(settings, node, tmp_path):
     assert dest.read_text() == "print('hello')\n" and os.stat(dest).st_mode & 0o777 == 0o755
 
 
+def test_uploads_racing_to_make_the_same_new_directory_all_land(settings, node, tmp_path):
+    # Sessions that share a login directory (several shells, or the sandbox's nodes, which share
+    # this machine's home) make the same folders at once; OpenSSH's sftp-server answers a mkdir of
+    # a folder that appeared meanwhile with a bare SSH_FX_FAILURE.
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = tmp_path / "script.py"
+    src.write_text("print('hello')\n")
+    for attempt in range(5):
+        remote = tmp_path / f"remote-{attempt}" / "a" / "b" / "c" / "d"
+        shells = [NodeShell(settings) for _ in range(8)]
+        try:
+            for shell in shells:  # connected first, so the uploads start together
+                shell.run(node, ["true"], timeout_s=10)
+            with ThreadPoolExecutor(len(shells)) as pool:
+                list(pool.map(lambda i: shells[i].upload(node, str(src), str(remote / f"s{i}.py")), range(len(shells))))
+        finally:
+            for shell in shells:
+                shell.close()
+        assert sorted(p.name for p in remote.iterdir()) == [f"s{i}.py" for i in range(8)]
+
+
 def test_a_node_behind_a_bastion_is_reached_through_it(settings, sshd, node, tmp_path):
     bastion = Sshd.create(tmp_path / "bastion", ["127.0.0.23"], client_key=sshd.client_key).start()
     try:
