@@ -341,8 +341,20 @@ class BenchmarkSpec(Frozen):
         return scenarios
 
 
+Strategy = Literal["auto", "blue-green", "recreate", "rolling", "fleet"]
+
+
 class PromotionSpec(Frozen):
-    strategy: Literal["blue-green"] = "blue-green"
+    """How a redeploy or rollout replaces the live colour (tasks/planning/strategy.py):
+    blue-green beside it when the fleet has room; recreate on the same nodes (downtime);
+    rolling by role, decode first (a role's downtime, KV-compatible changes only); fleet on a
+    second fleet (zero downtime, extra fleet-hours); auto picks the first that fits."""
+
+    strategy: Strategy = "auto"
+    allow_downtime: bool = Field(default=False, description="auto may pick recreate (the whole stack down "
+                                                             "for a drain, a cold start and a canary)")
+    allow_role_downtime: bool = Field(default=False, description="auto may pick rolling (the P->D path "
+                                                                  "down while one role restarts)")
     approval_timeout_s: PositiveInt = 3600
     # After a promotion the replaced colour stays up this long (instant switch-back), then is deleted.
     keep_previous_colour_s: Annotated[int, Field(ge=0, le=86400)] = 0

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.migrate import REDEPLOY_STAGES, MigrateParams, migrate
+from flows.update import update
 from tasks import rollout as rollout_tasks
+from tasks.planning.strategy import Strategy
 
 
 @flow(name="rollout", log_prints=True)
 def rollout(blueprint: str = "blueprints/sandbox-2p2d.yaml", fleet_run_id: str | None = None,
-            engine_image: str | None = None, model_revision: str | None = None) -> dict:
+            engine_image: str | None = None, model_revision: str | None = None, strategy: Strategy = "auto") -> dict:
     derived = rollout_tasks.derive_blueprint(blueprint, fleet_run_id, engine_image, model_revision)
-    return migrate(MigrateParams(blueprint=derived, run_id=fleet_run_id,
-                                 stages=REDEPLOY_STAGES, rerun=REDEPLOY_STAGES))
+    return update(derived, fleet_run_id, strategy)

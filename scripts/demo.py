@@ -142,12 +142,14 @@ def up(postgres: bool = False) -> dict[str, str]:
     return env
 
 
-def trigger(blueprint: str) -> str:
-    dep = http("GET", "/deployments/name/migrate/migrate")
-    name = f"demo-{int(time.time())}"
+def trigger(blueprint: str, flow: str = "migrate") -> str:
+    """Start a run of the ``migrate`` deployment, or of ``redeploy`` (what its weekly schedule
+    starts: the demo's own fleet, the strategy ``auto`` picks) over REST."""
+    dep = http("GET", f"/deployments/name/{flow}/{flow}")
+    name = f"demo-{flow}-{int(time.time())}"
+    parameters = {"params": {"blueprint": blueprint}} if flow == "migrate" else {"blueprint": blueprint}
     # the idempotency key makes a retried POST (after a 503) give the same run, not a second one
-    body = {"parameters": {"params": {"blueprint": blueprint}}, "name": name, "tags": ["pdlift-demo"],
-            "idempotency_key": name}
+    body = {"parameters": parameters, "name": name, "tags": ["pdlift-demo"], "idempotency_key": name}
     return http("POST", f"/deployments/{dep['id']}/create_flow_run", body)["id"]
 
 
@@ -202,11 +204,21 @@ def main() -> int:
     parser.add_argument("--postgres", action="store_true",
                         help="the Prefect server on PostgreSQL (Debian's, on 127.0.0.1) and run state in the "
                              "sandbox's S3 (PDLIFT_STATE_URI), as in production")
+    parser.add_argument("--redeploy", action="store_true",
+                        help="on the running demo: start the scheduled `redeploy` deployment now over REST and "
+                             "follow it (the 4-node fleet has no room for a second colour: recreate)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
     if args.down:
         down()
         return 0
+    if args.redeploy:
+        flow_run_id = trigger(args.blueprint, "redeploy")
+        print(f"demo: redeploy started: {UI}/runs/flow-run/{flow_run_id}")
+        fr = follow(flow_run_id, args.timeout)
+        print(f"\n== redeploy finished: {fr['state_name']} ==")
+        print(f"Prefect UI: {UI}/runs/flow-run/{flow_run_id}  (the strategy-* artifact says why that strategy)")
+        return 0 if fr["state_type"] == "COMPLETED" else 1
     up(args.postgres)
     flow_run_id = trigger(args.blueprint)
     print(f"demo: migrate started: {UI}/runs/flow-run/{flow_run_id}")

@@ -53,6 +53,7 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0) -> Deployed
         # later run re-applies to put this colour back, from whichever worker.
         key = stage.snapshot_key(bp.name, run.run_id)
         stage.render_to_dir(bp, deployed.colour, wiring.state_root / key)
+        stage.save_blueprint(wiring.state_root / key, bp, deployed.colour)
         wiring.state.push(key)
     # A new generation for every deploy: the benchmark and the gate are cached per generation.
     return dataclasses.replace(deployed, generation=uuid.uuid4().hex[:12])

@@ -11,6 +11,10 @@ from blueprints.rules import gpus_per_node
 from blueprints.schema import Blueprint
 from tasks.planning import capacity_math
 from blueprints.catalog import instance_type, price
+from tasks.errors import ConfigError
+from tasks.planning import update_plan
+from tasks.planning.manifests import render_stack
+from tasks.planning.strategy import StrategyRefused
 from tasks.planning.timeline import Timeline, project
 
 TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: assumed ~100x slower (docs/sources.md#efa-tcp-fallback)
@@ -60,6 +64,8 @@ class Plan:
     cost: Cost
     timeline: Timeline
     warnings: list[str] = field(default_factory=list)
+    # How a redeploy or rollout replaces the live colour on this fleet (tasks/planning/update_plan.py).
+    updates: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Stable machine output: field names only ever get added, under a format version."""
@@ -80,6 +86,7 @@ def make_plan(bp: Blueprint) -> Plan:
     per_hour = price(bp.aws.instance_type, bp.aws.region, bp.aws.hourly_price_usd)
     timeline = project(bp, (dense + expert) / 1e9, per_hour.usd_per_hour * bp.node_count if per_hour else None)
     cost = _cost(bp, timeline.expected_s / 3600)
+    updates, update_warnings = _updates(bp, timeline, gpn)
     return Plan(
         blueprint=bp.name,
         model=bp.model.name,
@@ -93,8 +100,25 @@ def make_plan(bp: Blueprint) -> Plan:
         resources=_resources(bp),
         cost=cost,
         timeline=timeline,
-        warnings=[*_warnings(bp, prefill, decode, scenarios, cost, gpn, gpu_gb), *timeline.warnings],
+        warnings=[*_warnings(bp, prefill, decode, scenarios, cost, gpn, gpu_gb), *timeline.warnings,
+                  *update_warnings],
+        updates=updates,
     )
+
+
+def _updates(bp: Blueprint, timeline: Timeline, gpn: int) -> tuple[dict, list[str]]:
+    """The strategy auto takes for a redeploy on this fleet, and recreate's downtime estimate."""
+    down = update_plan.recreate_downtime(bp, timeline)
+    out: dict = {"recreate_downtime": asdict(down), "recreate": update_plan.describe(down)}
+    try:
+        objects = render_stack(bp, "green", bp.staging.local_path)
+        choice = update_plan.auto_on_own_fleet(bp, objects, gpn)
+    except StrategyRefused as e:
+        return {**out, "strategy": bp.promotion.strategy, "reason": str(e)}, [
+            f"promotion.strategy {bp.promotion.strategy} cannot update this fleet: {e}"]
+    except ConfigError as e:
+        return {**out, "strategy": "unknown", "reason": f"the stack does not render: {e}"}, []
+    return {**out, "strategy": choice.strategy, "reason": choice.reason}, []
 
 
 def _role_dict(mem: capacity_math.RoleMemory, nodes: int, layout: str) -> dict:

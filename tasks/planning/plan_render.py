@@ -58,6 +58,11 @@ def render(plan: Plan, markdown: bool = False) -> str:
             f"{c.nodes} x {c.instance_type} at {_money(c.usd_per_node_hour)}/h each = {_money(c.usd_per_hour)}/h; "
             f"projected run {c.expected_hours:g} h = {_money(c.usd_per_run)}",
             f"price: {c.price_source} (as of {c.price_as_of}); capacity: {c.capacity_mode}: {c.note}", ""]
+    u = plan.updates
+    if u:
+        out += [h("Updates (redeploy, rollout)"), "",
+                f"strategy on this fleet: {u['strategy']} ({u['reason']})", u["recreate"],
+                f"(recreate: {u['recreate_downtime']['basis']})", ""]
     out += [h("Will create"), ""] + [f"- {r}" for r in plan.resources] + [""]
     out += [h("Warnings"), ""] + ([f"- {w}" for w in plan.warnings] or ["- none"])
     return "\n".join(out) + "\n"

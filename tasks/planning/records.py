@@ -150,6 +150,7 @@ class Promotion:
     previous: str | None
     answered: tuple[str, ...]            # production endpoints that served the check request
     baseline: str = ""                   # the baseline document this promotion recorded
+    answered_at: float = 0.0             # epoch seconds: production answered from this colour
 
 
 @dataclass(frozen=True)

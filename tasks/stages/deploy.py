@@ -18,6 +18,8 @@ import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from blueprints.schema import Blueprint
 from tasks.adapters.kube_apply import Applied, PodInfo
 from tasks.errors import ConfigError, NotReadyYet, RemoteUnavailable, StackFailure, StackNotReady, StageFailed
@@ -86,6 +88,18 @@ def render_to_dir(bp: Blueprint, colour: str, directory: str | Path) -> Path:
     return path
 
 
+def snapshot_blueprint_name(deployment: str, colour: str) -> str:
+    return f"{deployment}-{colour}.blueprint.yaml"
+
+
+def save_blueprint(directory: str | Path, bp: Blueprint, colour: str) -> Path:
+    """Beside the colour's manifests: the blueprint they were rendered from (a restore's canary
+    judges the previous version by its own engine, connector and model)."""
+    path = Path(directory) / snapshot_blueprint_name(bp.name, colour)
+    path.write_text(yaml.safe_dump(bp.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False))
+    return path
+
+
 def apply_objects(kube: KubeObjects, objects: list[dict], progress: Progress = lambda _: None) -> list[Applied]:
     """Apply in the rendered order (dependencies first, router last); idempotent."""
     out = []
@@ -113,7 +127,7 @@ def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None =
     started = clock.monotonic()
     apply_objects(kube, objects, progress)
     groups = pod_groups(bp, candidate, objects)
-    phases = wait_for_stack(kube, groups, lambda pods: _router_gaps(http, bp, objects, pods), options.limits,
+    phases = wait_for_stack(kube, groups, lambda pods: router_gaps(http, bp, objects, pods), options.limits,
                             clock, progress)
     report = run_canary(bp, kube, http, candidate, options, fabric)
     progress(report.summary())
@@ -176,7 +190,7 @@ def pod_groups(bp: Blueprint, colour: str, objects: list[dict]) -> list[PodGroup
     return out
 
 
-def _router_gaps(http: Engines, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
+def router_gaps(http: Engines, bp: Blueprint, objects: list[dict], pods: list[PodInfo]) -> list[str]:
     """The workers each router pod does not list as healthy (docs/sources.md#phased-readiness)."""
     view = routers(objects)[0]
     wanted = [u for flag in ("--prefill", "--decode") for u in _urls(view.argv, flag)]

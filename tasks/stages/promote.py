@@ -82,7 +82,7 @@ def promote(bp: Blueprint, colour: str, routing: Routing, http: Engines, clock: 
             routing.apply(render_production_service(bp, previous))
             raise StackNotReady(f"promotion of {colour} undone, production routes to {previous} again: {e}") from e
         raise
-    return Promotion(colour, previous, answered)
+    return Promotion(colour, previous, answered, answered_at=clock.now().timestamp())
 
 
 def rollback(bp: Blueprint, colour: str, routing: Routing) -> RolledBack:

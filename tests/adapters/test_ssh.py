@@ -178,7 +178,7 @@ def test_uploads_racing_to_make_the_same_new_directory_all_land(settings, node, 
 
     src = tmp_path / "script.py"
     src.write_text("print('hello')\n")
-    for attempt in range(5):
+    for attempt in range(3):
         remote = tmp_path / f"remote-{attempt}" / "a" / "b" / "c" / "d"
         shells = [NodeShell(settings) for _ in range(8)]
         try:

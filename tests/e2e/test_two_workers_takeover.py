@@ -1,12 +1,16 @@
 """Two workers that share nothing on disk, a Prefect server on PostgreSQL, run state in the S3
 store on the sandbox's S3: kill -9 the worker (and its flow-run processes) mid-staging, re-trigger
 the run through the REST API, and the other worker takes the run's lease over and finishes it:
-one capacity reservation, no verified weight byte fetched again, one gate verdict."""
+one capacity reservation, no verified weight byte fetched again, one gate verdict. Then the
+scheduled ``redeploy`` deployment, triggered over REST on that promoted 4-node fleet, recreates
+the stack on the same nodes (there is no room for a second colour) with production probed from
+outside the whole time."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 import uuid
 
@@ -65,6 +69,9 @@ def _gate_events(server, run_id: str) -> list[dict]:
             return [e for e in answer.get("events") or [] if e["payload"].get("run_id") == run_id]
         time.sleep(0.5)
     return []
+
+
+PROMOTED: dict[str, str] = {}  # the run the takeover test promoted, for the redeploy after it
 
 
 def test_a_worker_killed_mid_staging_is_taken_over_by_the_other_and_the_run_finishes_once(
@@ -136,3 +143,40 @@ def test_a_worker_killed_mid_staging_is_taken_over_by_the_other_and_the_run_fini
     assert lease.flow_run_id == second["id"] and lease.expired(dt.datetime.now(dt.timezone.utc)), \
         "the finished run still holds its lease"
     print(f"\ntwo-worker takeover: {json.dumps({'kill_to_lease_taken_s': round(takeover_s, 1)})}")
+    PROMOTED.update(run_id=run_id, state_uri=state_uri)
+
+
+def test_the_scheduled_redeploy_recreates_the_promoted_fleet_within_twice_the_planned_downtime(
+        prefect_pg_server, pg_workers, sandbox_env, tmp_path):
+    from kubernetes import config as kube_config
+
+    from tasks.adapters.service_routing import ServiceRouting
+    from tests.flows.test_recreate import ProductionProbe
+
+    if not PROMOTED:
+        pytest.skip("needs the fleet the takeover test promoted")
+    server, run_id = prefect_pg_server, PROMOTED["run_id"]
+    routing = ServiceRouting(kube_config.new_client_from_config(sandbox_env["KUBECONFIG"]))
+    live = routing.selector("sandbox-2p2d", "sandbox-2p2d")["pdlift.io/colour"]
+    base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"]}
+    (tmp_path / "worker-c").mkdir()
+    worker = pg_workers.start_worker("worker-c", base_env=base, extra_env={"TMPDIR": str(tmp_path / "worker-c")})
+    pg_workers.wait_online(worker)
+    with ProductionProbe(routing, "sandbox-2p2d", "sandbox-2p2d") as probe:
+        _, run = pg_workers.create_run("redeploy", "redeploy", {"blueprint": "blueprints/sandbox-2p2d.yaml",
+                                                                "fleet_run_id": run_id})
+        finished = server.wait_terminal(run["id"], timeout_s=900)
+        time.sleep(1.0)
+    assert finished["state_type"] == "COMPLETED", finished["state"]["message"] + _logs(server, run["id"])[-4000:]
+    _, result = server.http("GET", f"/flow_runs/{run['id']}")
+    logs = _logs(server, run["id"])
+    assert "strategy recreate: no room beside the live" in logs  # auto, on a fleet with no room
+    candidate = "green" if live == "blue" else "blue"
+    assert routing.selector("sandbox-2p2d", "sandbox-2p2d")["pdlift.io/colour"] == candidate
+    assert probe.statuses_while_down() == {503} and probe.rows[-1][1] == 200
+    estimate = float(re.search(r"downtime estimate (\d+) s", logs).group(1))
+    seen = probe.downtime_s()
+    phases = re.search(r"production on \w+: (.*)", logs).group(1)
+    print(f"\nrecreate redeploy: {json.dumps({'downtime_seen_s': round(seen, 1), 'planned_s': estimate})}; "
+          f"pdlift's phases: {phases}")
+    assert seen <= 2 * estimate, (seen, estimate)

@@ -30,6 +30,7 @@ FLOW_COMMANDS = {
     "stage-weights": (["stage-weights", BP], "flows.weights", "weights_flow"),
     "deploy": (["deploy", BP], "flows.deploy", "deploy_flow"),
     "benchmark-gate": (["benchmark-gate", BP], "flows.benchmark", "benchmark_flow"),
+    "redeploy": (["redeploy", BP], "flows.redeploy", "redeploy"),
     "teardown": (["teardown", BP], "flows.teardown", "teardown_flow"),
     "sweep": (["sweep"], "flows.sweep", "sweep_flow"),
     "plan-flow": (["plan-flow", BP], "flows.plan", "plan_flow"),

@@ -22,6 +22,10 @@ Colour = Literal["blue", "green"]
 COLOURS = ("blue", "green")
 DEPLOYMENT_LABEL, COLOUR_LABEL = "pdlift.io/deployment", "pdlift.io/colour"
 KEPT_ANNOTATION = "pdlift.io/kept-until"  # on a replaced colour's namespace until it is retired
+# One revision for both roles' engines (a hash of what they are told, colour left out), so a
+# rolling update can tell which pods run the candidate; the model revision, which the engines
+# are not told (they load a staged directory), rides along as an annotation.
+REVISION_LABEL, MODEL_REVISION_ANNOTATION = "pdlift.io/revision", "pdlift.io/model-revision"
 INSTANCE_TYPE_LABEL, HOSTNAME = "node.kubernetes.io/instance-type", "kubernetes.io/hostname"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"

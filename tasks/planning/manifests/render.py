@@ -8,6 +8,8 @@ Service is not part of a colour: ``render_production_service`` renders it for th
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import posixpath
 
@@ -35,7 +37,8 @@ def render_stack(bp: Blueprint, colour: str, weights_host_path: str, namespace: 
     if engines_ns == stable_ns:
         raise ConfigError(f"the engines' namespace must differ from the stable namespace {stable_ns!r}")
     module = ENGINES[bp.engine.name]
-    prefill, decode = module.prefill(bp), module.decode(bp)
+    prefill, decode = _annotated(bp, module.prefill(bp)), _annotated(bp, module.decode(bp))
+    revision = stack_revision(bp, prefill, decode, weights_host_path)
     connector = kv.ROUTER_CONNECTOR[bp.kv_transfer.connector] if bp.engine.name == "vllm" else None
     argv = router.router_args(bp, engines_ns, prefill, decode, connector)
     objects = [
@@ -51,9 +54,31 @@ def render_stack(bp: Blueprint, colour: str, weights_host_path: str, namespace: 
         router.colour_service(bp, colour, stable_ns),
         router.deployment(bp, colour, stable_ns, argv, router_image or bp.engine.image),
     ]
+    for lws in objects[6:8]:
+        _label_revision(lws, revision)
     # A JSON round trip: plain JSON types only, and no shared sub-objects (deepcopy would keep
     # the sharing), so a caller may patch one object safely.
     return json.loads(json.dumps(objects))
+
+
+def stack_revision(bp: Blueprint, prefill: pods.RoleSpec, decode: pods.RoleSpec, weights_host_path: str) -> str:
+    """A short hash of everything both roles' engines are given; the same in either colour."""
+    payload = {"image": bp.engine.image, "weights": weights_host_path,
+               "roles": [dataclasses.asdict(prefill), dataclasses.asdict(decode)]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _annotated(bp: Blueprint, spec: pods.RoleSpec) -> pods.RoleSpec:
+    return dataclasses.replace(spec, annotations={**spec.annotations,
+                                                  common.MODEL_REVISION_ANNOTATION: bp.model.revision})
+
+
+def _label_revision(lws: dict, revision: str) -> None:
+    lws["metadata"]["labels"][common.REVISION_LABEL] = revision
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key in lwt:
+            lwt[key]["metadata"]["labels"][common.REVISION_LABEL] = revision
 
 
 def render_production_service(bp: Blueprint, live_colour: str) -> dict:

@@ -91,9 +91,10 @@ class ColourStacks:
     def blueprint(self) -> Blueprint:
         return load_blueprint(str(self.directory / "bp.yaml"))
 
-    def join_nodes(self) -> None:
+    def join_nodes(self, colours: tuple[str, ...] = ("blue", "green")) -> None:
+        """Four nodes (two per role) for each of ``colours``, labelled with it."""
         bp = self.blueprint
-        for colour in ("blue", "green"):
+        for colour in colours:
             for role in ("prefill", "prefill", "decode", "decode"):
                 address = self.sandbox.next_address()
                 labels = {"pdlift.io/role": role, "pdlift.io/deployment": bp.name,
