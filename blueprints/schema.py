@@ -203,6 +203,10 @@ class FabricSpec(Frozen):
     outlier_mad_threshold: PositiveFloat = 3.5
     test_timeout_s: PositiveInt = 600
     replace_attempts: Annotated[int, Field(ge=0)] = 2
+    # Per-NIC loopbacks at once on one node: one SSH session each, so at most sshd's default
+    # MaxSessions (10). fi_pingpong busy-polls its completion queue, so each one holds a core
+    # while it runs: fewer where the nodes' cores are shared (the sandbox: four nodes, two cores).
+    loopbacks_per_node: Annotated[int, Field(ge=1, le=10)] = 8
 
 
 class StagingSpec(Frozen):

@@ -29,7 +29,6 @@ from tasks.planning.records import Node
 from tasks.stages.fabric_exec import Runner, raise_fatal
 from tasks.stages.nodes import ssh_target
 
-NIC_PARALLEL = 8  # loopbacks at once on one node: one SSH session each, under sshd's MaxSessions 10
 UNREACHABLE_ATTEMPTS = 2  # each is the SSH adapter's own bounded connection retries
 UNREACHABLE_PAUSE_S = 2.0
 
@@ -144,7 +143,7 @@ def _loopbacks(ctx: Ctx, node: Node, devices: tuple[str, ...]) -> None:
     def one(device: str) -> None:
         cache.loopback[(node.name, device)] = _loopback(ctx, ssh, device, f"loopback-{node.name}-{device}")
 
-    with ThreadPoolExecutor(max_workers=NIC_PARALLEL, thread_name_prefix="pdlift-nic") as pool:
+    with ThreadPoolExecutor(max_workers=ctx.spec.loopbacks_per_node, thread_name_prefix="pdlift-nic") as pool:
         list(pool.map(one, devices))
     ctx.note_timeouts(node.name, [cache.control[node.name], *(cache.loopback[(node.name, d)] for d in devices)])
 
