@@ -28,9 +28,8 @@ from flows.migrate import REDEPLOY_STAGES, STAGE_FLOWS, MigrateParams, migrate
 from tasks import update as tasks
 from tasks.errors import StageFailed
 from tasks.planning.strategy import Strategy
+from tasks.planning.manifests.common import other_colour
 from tasks.runs import Run
-from tasks.stages import deploy as deploy_stage
-from tasks.wiring import Wiring
 
 
 def update(blueprint_path: str, run_id: str | None, strategy: Strategy = "auto") -> dict:
@@ -46,17 +45,6 @@ def update(blueprint_path: str, run_id: str | None, strategy: Strategy = "auto")
     raise StageFailed(f"{run.blueprint.name}: strategy {choice.strategy} cannot run here; nothing was touched")
 
 
-def _live_colour(run: Run) -> str | None:
-    with Wiring(run.blueprint) as wiring:
-        return deploy_stage.live_colour(run.blueprint, wiring.kube)
-
-
-def _generation(run: Run) -> str:
-    run.reload()
-    deployed = run.ledger.deployed()
-    return deployed.generation if deployed else ""
-
-
 def recreate(run: Run) -> dict:
     """The recreate sequence; returns its outcome with the downtime (production's switch to
     maintenance to its first answer from the new version), its phases in seconds, and the
@@ -67,29 +55,29 @@ def recreate(run: Run) -> dict:
     cut_off = tasks.in_maintenance(run)
     if cut_off is not None:
         previous, snap = cut_off.restores_to, tasks.snapshot(run, cut_off.restores_to, running=False)
-        if _candidate_is_up(run, _other(previous), cut_off.generation_before):
+        if tasks.candidate_is_up(run, other_colour(previous), cut_off.generation_before):
             # Replayed after a crash (or a suspension) past this recreate's own bring-up: its
             # candidate is up and its measurement is cached: judge it, do not tear it down.
-            log.info(f"{bp.name}: production in maintenance with {_other(previous)} up: continuing at its gate")
+            log.info(f"{bp.name}: production in maintenance with {other_colour(previous)} up: continuing at its gate")
             return _gate_or_restore(run, snap, {}, None, retry_after, estimate)
         log.warning(f"{bp.name}: production is in maintenance (an earlier recreate was cut off): restoring "
                     f"{previous} first")
-        tasks.remove(run, _other(previous))
+        tasks.remove(run, other_colour(previous))
         tasks.restore(run, snap)
-    live = _live_colour(run)
+    live = tasks.live_colour(run)
     if live is None:
         raise StageFailed(f"{bp.name}: nothing is live to recreate; run `pdlift deploy` (or migrate) first")
     snap = tasks.snapshot(run, live)  # refused before anything is touched when it could not restore
     phases: dict[str, float] = {"prepull": tasks.prepull(run, live)}  # refused while production still serves
     down_at = None
     try:
-        drained, down_at = tasks.drain(run, snap, retry_after, _generation(run))
+        drained, down_at = tasks.drain(run, snap, retry_after, tasks.generation(run))
         phases |= drained
         mark = time.monotonic()
         tasks.remove(run, live)
         phases["remove"] = round(time.monotonic() - mark, 3)
         mark = time.monotonic()
-        deploy_flow(run.blueprint_path, run.run_id, colour=_other(live))
+        deploy_flow(run.blueprint_path, run.run_id, colour=other_colour(live))
         phases["bring_up"] = round(time.monotonic() - mark, 3)
     except Exception:
         _restore(run, snap, phases, down_at, retry_after)
@@ -101,7 +89,7 @@ def _gate_or_restore(run: Run, snap, phases: dict[str, float], down_at: float | 
                      estimate) -> dict:
     """Benchmark and gate the candidate. An INCONCLUSIVE verdict waits for a person like any gate
     (production stays in maintenance meanwhile: the plan's worst case counts the wait)."""
-    bp, live, candidate = run.blueprint, snap.colour, _other(snap.colour)
+    bp, live, candidate = run.blueprint, snap.colour, other_colour(snap.colour)
     try:
         mark = time.monotonic()
         gate = benchmark_flow(run.blueprint_path, run.run_id, colour=candidate)
@@ -122,7 +110,7 @@ def _restore(run: Run, snap, phases: dict[str, float], down_at: float | None, re
     """After a FAIL or any error: production off the candidate (if it was switched to it), the
     candidate out, the snapshot back (a no-op apply when the live colour was never deleted),
     its canary passed, production on it."""
-    log, bp, candidate = get_run_logger(), run.blueprint, _other(snap.colour)
+    log, bp, candidate = get_run_logger(), run.blueprint, other_colour(snap.colour)
     log.error(f"{bp.name}: the recreate of {candidate} did not promote; restoring {snap.colour}")
     tasks.back_to_maintenance(run, snap, retry_after)
     mark = time.monotonic()
@@ -135,22 +123,8 @@ def _restore(run: Run, snap, phases: dict[str, float], down_at: float | None, re
     log.warning(f"{bp.name}: production back on {snap.colour} (revision {snap.revision}): " + _rows(phases))
 
 
-def _candidate_is_up(run: Run, candidate: str, generation_before: str) -> bool:
-    """A deploy of ``candidate`` recorded since the recreate began, and its namespace still there."""
-    run.reload()
-    deployed = run.ledger.deployed()
-    if deployed is None or deployed.colour != candidate or deployed.generation == generation_before:
-        return False
-    with Wiring(run.blueprint) as wiring:
-        return wiring.routing.presence("v1", "Namespace", deployed.engines_namespace) == "present"
-
-
 def _rows(phases: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
-
-
-def _other(colour: str) -> str:
-    return "green" if colour == "blue" else "blue"
 
 
 @flow(name="recreate")

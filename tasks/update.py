@@ -42,7 +42,7 @@ def choose_strategy(run: Run, requested: strategy.Strategy = "auto") -> strategy
             choice = strategy.StrategyChoice("recreate", "production is in maintenance: an earlier recreate "
                                                          "was cut off; this run restores or finishes it")
             return _publish(run, choice, [])
-        candidate = "green" if live == "blue" else "blue"
+        candidate = common.other_colour(live)
         objects = deploy_stage.render(bp, candidate)
         shortfalls, changes = [], []
         if live:
@@ -89,7 +89,7 @@ def prepull(run: Run, live: str) -> float:
     bp, log, clock = run.blueprint, get_run_logger(), Clock()
     started = clock.monotonic()
     with Wiring(bp) as wiring:
-        nodes = stage.prepull(bp, wiring.kube, live, deploy_stage.render(bp, "green" if live == "blue" else "blue"),
+        nodes = stage.prepull(bp, wiring.kube, live, deploy_stage.render(bp, common.other_colour(live)),
                               clock)
     took = round(clock.monotonic() - started, 3)
     log.info(f"{bp.name}: the candidate's images are on {len(nodes)} node(s) ({took:.1f} s): {', '.join(nodes)}")
@@ -157,6 +157,32 @@ def close_maintenance(run: Run) -> None:
     except PdliftError as e:
         get_run_logger().warning(f"{bp.name}: could not delete the maintenance responder ({e}); delete it with: "
                                  f"kubectl -n {common.stable_namespace(bp)} delete deployment maintenance")
+
+
+@task(cache_policy=NO_CACHE)
+def live_colour(run: Run) -> str | None:
+    """The colour production's Service selects; None when nothing is live."""
+    with Wiring(run.blueprint) as wiring:
+        return deploy_stage.live_colour(run.blueprint, wiring.kube)
+
+
+@task(cache_policy=NO_CACHE)
+def generation(run: Run) -> str:
+    """The ledger's last recorded deploy (its generation), so a later one can be told apart."""
+    run.reload()
+    deployed = run.ledger.deployed()
+    return deployed.generation if deployed else ""
+
+
+@task(cache_policy=NO_CACHE)
+def candidate_is_up(run: Run, candidate: str, generation_before: str) -> bool:
+    """A deploy of ``candidate`` recorded since the recreate began, and its namespace still there."""
+    run.reload()
+    deployed = run.ledger.deployed()
+    if deployed is None or deployed.colour != candidate or deployed.generation == generation_before:
+        return False
+    with Wiring(run.blueprint) as wiring:
+        return wiring.routing.presence("v1", "Namespace", deployed.engines_namespace) == "present"
 
 
 @task(cache_policy=NO_CACHE)

@@ -66,7 +66,7 @@ def candidate_colour(bp: Blueprint, kube: KubeObjects, requested: str | None = N
         return requested, live
     if live is None:
         return "blue", None
-    return ("green" if live == "blue" else "blue"), live
+    return common.other_colour(live), live
 
 
 def render(bp: Blueprint, colour: str) -> list[dict]:

@@ -275,13 +275,12 @@ def test_a_slower_candidate_fails_the_gate_and_the_previous_version_is_restored(
 def _cut_off_after_removing_the_live_colour(fleet: Fleet):
     """What a worker killed right after deleting the live engines leaves behind."""
     from flows import pipeline
-    from flows.update import _generation
     from tasks import update as steps
 
     live = fleet.production_colour()
     run = pipeline.start(str(fleet.path), fleet.run_id)
     snap = steps.snapshot(run, live)
-    steps.drain(run, snap, 30, _generation(run))
+    steps.drain(run, snap, 30, steps.generation(run))
     steps.remove(run, live)
     assert fleet.production_colour() is None and not _maintenance_gone(fleet)
     return run, live

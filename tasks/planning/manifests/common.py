@@ -72,6 +72,11 @@ def stable_namespace(bp: Blueprint) -> str:
     return bp.name
 
 
+def other_colour(colour: str | None) -> str:
+    """The colour beside ``colour`` (a candidate's, or what a candidate replaces); blue when none is live."""
+    return "green" if colour == "blue" else "blue"
+
+
 def check_colour(colour: str) -> None:
     if colour not in COLOURS:
         raise ConfigError(f"deployment colour must be one of {COLOURS}, not {colour!r}")
