@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from blueprints.schema import Blueprint
-from tasks.planning.fabric.commands import MAX_SWEEP_BYTES
+from tasks.planning.fabric.commands import MAX_SWEEP_BYTES, NCCL_GRACE_S
 from tasks.planning.gate_sequential import MIN_ROUNDS
 
 # reserve: the Create call answers at once; a new reservation may read "pending" for ~5 min while
@@ -136,8 +136,11 @@ def _fabric(bp: Blueprint) -> StageTime:
     expected = 2 * QUICK_LAYER_S + single + rounds * pair + full
     # Worst: every test runs to its watchdog, and each replacement attempt boots a node and tests again.
     tests = 1 + 4 * rounds + (2 if n > 2 else 0)
-    worst = 2 * QUICK_LAYER_S + tests * f.test_timeout_s + f.replace_attempts * (
-        bp.aws.eks.join_timeout_s + (1 + 4 * (n - 1)) * f.test_timeout_s)
+    # Each node's loopbacks: the negative control, then its NICs fabric.loopbacks_per_node at a
+    # time, each to its bound (the server's listen wait, the client's watchdog and the grace).
+    loopbacks = (1 + math.ceil(f.efa_devices / f.loopbacks_per_node)) * (2 * f.test_timeout_s + NCCL_GRACE_S)
+    worst = QUICK_LAYER_S + loopbacks + tests * f.test_timeout_s + f.replace_attempts * (
+        bp.aws.eks.join_timeout_s + loopbacks + (1 + 4 * (n - 1)) * f.test_timeout_s)
     return StageTime("fabric", expected, worst,
                      f"inventory and {f.efa_devices} NIC loopbacks, single-node all_reduce, {rounds} pairwise "
                      f"round(s) of fi_pingpong + all_reduce/alltoall/sendrecv swept {judge >> 30} GiB..16 GiB at "
