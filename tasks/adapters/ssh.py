@@ -161,18 +161,26 @@ class NodeShell:
                 time.sleep(idle)
 
     def _kill_group(self, node: SshNode, pgid: int | None) -> bool:
+        """Kill ``pgid`` on a connection of its own: the shared one may be at sshd's MaxSessions
+        (10 by default), and a timed-out session keeps its slot until its processes exit, so a
+        session opened there would be refused, and dropping that connection would cut off every
+        other command on it."""
         if not pgid:
             return False
         try:
-            chan = self._exec(node, ssh_exec.kill_command(pgid))
-            try:
-                reader = ssh_exec.LineReader(None, ssh_exec.Redactor([]))
-                chan.shutdown_write()
-                return self._pump(chan, b"", reader, time.monotonic() + 15) == 0
-            finally:
-                chan.close()
+            client = self._connector.connect(node)
         except (RemoteUnavailable, paramiko.SSHException, OSError, EOFError):
             return False
+        try:
+            chan = client.get_transport().open_session(timeout=self.settings.connect_timeout_s)
+            chan.exec_command(ssh_exec.kill_command(pgid))
+            reader = ssh_exec.LineReader(None, ssh_exec.Redactor([]))
+            chan.shutdown_write()
+            return self._pump(chan, b"", reader, time.monotonic() + 15) == 0
+        except (paramiko.SSHException, OSError, EOFError, AttributeError):
+            return False
+        finally:
+            client.close()
 
     def upload(self, node: SshNode, local_path: str, remote_path: str, mode: int = 0o644,
                timeout_s: float = 120.0) -> None:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from blueprints.schema import Blueprint
-from tasks.planning.fabric.commands import MAX_SWEEP_BYTES, NCCL_GRACE_S
+from tasks.planning.fabric.commands import INVENTORY_TIMEOUT_S, MAX_SWEEP_BYTES, NCCL_GRACE_S
 from tasks.planning.gate_sequential import MIN_ROUNDS
 
 # reserve: the Create call answers at once; a new reservation may read "pending" for ~5 min while
@@ -135,16 +135,21 @@ def _fabric(bp: Blueprint) -> StageTime:
             + _sweep_s(f.pair_alltoall_busbw_gbs, (whole - 1) / whole, judge)) if n > 2 else 0.0
     expected = 2 * QUICK_LAYER_S + single + rounds * pair + full
     # Worst: every test runs to its watchdog, and each replacement attempt boots a node and tests again.
-    tests = 1 + 4 * rounds + (2 if n > 2 else 0)
-    # Each node's loopbacks: the negative control, then its NICs fabric.loopbacks_per_node at a
-    # time, each to its bound (the server's listen wait, the client's watchdog and the grace).
-    loopbacks = (1 + math.ceil(f.efa_devices / f.loopbacks_per_node)) * (2 * f.test_timeout_s + NCCL_GRACE_S)
-    worst = QUICK_LAYER_S + loopbacks + tests * f.test_timeout_s + f.replace_attempts * (
-        bp.aws.eks.join_timeout_s + loopbacks + (1 + 4 * (n - 1)) * f.test_timeout_s)
+    # Per node, aws.ssh.max_parallel nodes at a time: the inventory's three commands, then the
+    # loopbacks (the negative control, then the NICs fabric.loopbacks_per_node at a time), each to
+    # its bound (a loopback's: the server's listen wait, the client's watchdog and the grace).
+    batches = math.ceil(n / bp.aws.ssh.max_parallel)
+    per_node = (3 * INVENTORY_TIMEOUT_S + (1 + math.ceil(f.efa_devices / f.loopbacks_per_node))
+                * (2 * f.test_timeout_s + NCCL_GRACE_S))
+    tests = batches + 4 * rounds + (2 if n > 2 else 0)
+    worst = batches * per_node + tests * f.test_timeout_s + f.replace_attempts * (
+        bp.aws.eks.join_timeout_s + per_node + (1 + 4 * (n - 1)) * f.test_timeout_s)
     return StageTime("fabric", expected, worst,
                      f"inventory and {f.efa_devices} NIC loopbacks, single-node all_reduce, {rounds} pairwise "
                      f"round(s) of fi_pingpong + all_reduce/alltoall/sendrecv swept {judge >> 30} GiB..16 GiB at "
-                     f"the fabric floors, the whole set; at most every test to fabric.test_timeout_s and "
+                     f"the fabric floors, the whole set; at most every command to its bound (a loopback 2 x "
+                     f"fabric.test_timeout_s + {NCCL_GRACE_S} s, {f.loopbacks_per_node} per node at a time; "
+                     f"a test fabric.test_timeout_s) and "
                      f"{f.replace_attempts} replacement(s)",
                      f"nccl-tests defaults (20 iterations, 5 warm-up); start-up {NCCL_STARTUP_S:.0f} s per test "
                      "assumed; the reference estimate for 4-8 p5en is 15-30 min (3-7 rounds)")

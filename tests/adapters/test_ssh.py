@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +126,40 @@ def test_a_timeout_kills_the_whole_remote_process_group(settings, node):
     assert len(running) >= 2, "the command never got going"
     assert caught.value.cleaned_up and "killed its process group" in str(caught.value)
     assert _procs_with(marker) == []
+
+
+def test_commands_timing_out_together_on_a_full_connection_are_each_killed_and_the_others_go_on(tmp_path):
+    # sshd allows MaxSessions sessions per connection: two commands time out at once while a third
+    # runs on, on a connection at its limit of 3. Each kill needs a session: the timed-out one's.
+    server = Sshd.create(tmp_path / "sshd", ["127.0.0.22"], max_sessions=3).start()
+    try:
+        settings = SshSettings(user=server.user, key_file=str(server.client_key), port=server.port,
+                               connect_timeout_s=3, connect_attempts=2, retry_delay_s=0.1)
+        node = SshNode("i-0full", "127.0.0.22", tuple(parse_console_output(CONSOLE.format(line=server.host_key_line))))
+        marker = f"pdlift-full-{os.getpid()}"
+        outcomes: dict[str, object] = {}
+        with NodeShell(settings) as shell:
+            shell.run(node, ["true"], timeout_s=10)  # one connection, then three sessions on it
+
+            def one(name: str, seconds: float, timeout_s: float) -> None:
+                try:
+                    outcomes[name] = shell.run(node, ["bash", "-c", f"exec -a {marker}-{name} sleep {seconds}"],
+                                               timeout_s=timeout_s).exit_code
+                except Exception as e:  # noqa: BLE001 - the outcome is what the test compares
+                    outcomes[name] = e
+
+            threads = [threading.Thread(target=one, args=(n, s, t))
+                       for n, s, t in (("a", 300, 2), ("b", 300, 2), ("c", 4, 30))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        assert isinstance(outcomes["a"], RemoteCommandTimeout) and outcomes["a"].cleaned_up, outcomes
+        assert isinstance(outcomes["b"], RemoteCommandTimeout) and outcomes["b"].cleaned_up, outcomes
+        assert outcomes["c"] == 0, outcomes  # not "connection lost": the kills did not cost it its connection
+        assert _procs_with(marker) == []
+    finally:
+        server.stop()
 
 
 def test_shell_metacharacters_in_arguments_are_passed_through_verbatim(settings, node, tmp_path):

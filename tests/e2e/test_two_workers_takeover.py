@@ -4,7 +4,9 @@ the run through the REST API, and the other worker takes the run's lease over an
 one capacity reservation, no verified weight byte fetched again, one gate verdict. Then the
 scheduled ``redeploy`` deployment, triggered over REST on that promoted 4-node fleet, recreates
 the stack on the same nodes (there is no room for a second colour) with production probed from
-outside the whole time."""
+outside the whole time. Last, a redeploy whose worker is killed (kill -9, flow runs included)
+right after it deleted the live engines is finished by the next run: the previous version
+restored first, then the update done, production answering from an engine when it ends."""
 
 from __future__ import annotations
 
@@ -180,3 +182,66 @@ def test_the_scheduled_redeploy_recreates_the_promoted_fleet_within_twice_the_pl
     print(f"\nrecreate redeploy: {json.dumps({'downtime_seen_s': round(seen, 1), 'planned_s': estimate})}; "
           f"pdlift's phases: {phases}")
     assert seen <= 2 * estimate, (seen, estimate)
+    PROMOTED.update(redeployed=candidate)
+
+
+def test_a_redeploy_killed_after_deleting_the_live_engines_is_restored_and_finished_by_the_next_run(
+        prefect_pg_server, pg_workers, sandbox_env, tmp_path):
+    from kubernetes import config as kube_config
+
+    from tasks.adapters.service_routing import ServiceRouting
+    from tests.flows.test_recreate import ProductionProbe
+
+    if "redeployed" not in PROMOTED:
+        pytest.skip("needs the fleet the scheduled redeploy recreated")
+    server, run_id, ns = prefect_pg_server, PROMOTED["run_id"], "sandbox-2p2d"
+    routing = ServiceRouting(kube_config.new_client_from_config(sandbox_env["KUBECONFIG"]))
+    live = routing.selector(ns, ns)["pdlift.io/colour"]
+    candidate = "green" if live == "blue" else "blue"
+    # The killed run is marked crashed below, which ends its lease at once; the 30 s lease is
+    # the bound should that not be seen.
+    base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"],
+            "PDLIFT_LEASE_TTL_S": "30"}
+    params = {"blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id}
+
+    def start(name: str):
+        (tmp_path / name).mkdir()
+        worker = pg_workers.start_worker(name, base_env=base, extra_env={"TMPDIR": str(tmp_path / name)})
+        pg_workers.wait_online(worker)
+        return worker
+
+    doomed = start("worker-d")
+    with ProductionProbe(routing, ns, ns) as probe:
+        _, first = pg_workers.create_run("redeploy", "redeploy", params)
+        deadline = time.monotonic() + 600
+        # The candidate's namespace appears once the live colour is deleted (its GPUs are the candidate's).
+        while routing.presence("v1", "Namespace", f"{ns}-{candidate}") != "present":
+            _, state = server.http("GET", f"/flow_runs/{first['id']}")
+            assert state["state_type"] not in ("FAILED", "CRASHED", "COMPLETED"), _logs(server, first["id"])[-4000:]
+            assert time.monotonic() < deadline, "the redeploy never began to bring its candidate up"
+            time.sleep(0.2)
+        assert pg_workers.kill_worker(doomed), "the worker had no flow-run process to kill"
+        killed_at = time.monotonic()
+        assert routing.presence("v1", "Namespace", f"{ns}-{live}") != "present"  # the live engines: gone
+        time.sleep(2.0)
+        since = [status for at, status in probe.rows if at >= killed_at]
+        # Production in maintenance, with nobody left to end it (the probe polls every 0.2 s).
+        assert len(since) >= 3 and set(since) == {503}, (since, probe.rows[-10:])
+        server.http("POST", f"/flow_runs/{first['id']}/set_state",
+                    {"state": {"type": "CRASHED", "message": "worker killed"}, "force": True})
+        start("worker-e")
+        _, second = pg_workers.create_run("redeploy", "redeploy", params)
+        finished = server.wait_terminal(second["id"], timeout_s=900)
+        time.sleep(1.0)
+    logs = _logs(server, second["id"])
+    assert finished["state_type"] == "COMPLETED", finished["state"]["message"] + logs[-4000:]
+    assert "strategy recreate: production is in maintenance: an earlier recreate was cut off" in logs
+    assert f"restoring {live} first" in logs and f"production routes to {live} again" in logs
+    assert routing.selector(ns, ns)["pdlift.io/colour"] == candidate  # then the update itself
+    assert routing.presence("apps/v1", "Deployment", "maintenance", ns) == "absent"
+    assert routing.presence("v1", "Namespace", f"{ns}-{live}") != "present"
+    # Down twice (the killed run's maintenance until the restore, then the update's own), with the
+    # previous version serving between: every answer a 503 from the responder or a 200, never no
+    # endpoint (0) or a refused connection (-1).
+    assert probe.statuses_while_down() == {200, 503} and probe.rows[-1][1] == 200
+    print(f"\nkilled redeploy: {json.dumps({'first_503_to_last_200_s': round(probe.downtime_s(), 1)})}")

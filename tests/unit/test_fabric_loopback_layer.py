@@ -38,10 +38,13 @@ class _Inventory:
 
 
 class CountingShell:
-    """Each loopback takes a moment; counts how many run on each node at once."""
+    """Counts how many loopbacks run on each node at once. Each one waits (at most half a second)
+    until ``limit`` run on its node, so a pool allowed that many reaches it however slowly its
+    threads start; one allowed more would pass it."""
 
-    def __init__(self):
-        self.settings, self._lock = _Settings(), threading.Lock()
+    def __init__(self, limit: int):
+        self.limit, self.settings = limit, _Settings()
+        self._lock = threading.Condition()
         self.now: Counter[str] = Counter()
         self.most: Counter[str] = Counter()
         self.devices: list[tuple[str, str]] = []
@@ -53,7 +56,9 @@ class CountingShell:
             self.now[node.name] += 1
             self.most[node.name] = max(self.most[node.name], self.now[node.name])
             self.devices.append((node.name, device))
-        time.sleep(0.1)  # long enough for the pool to start every worker it is allowed
+            self._lock.notify_all()
+            self._lock.wait_for(lambda: self.now[node.name] >= self.limit, timeout=0.5)
+        time.sleep(0.01)  # and a moment more, unlocked: one past the limit would be counted now
         with self._lock:
             self.now[node.name] -= 1
         if device == fc.ABSENT_DEVICE:
@@ -66,7 +71,7 @@ class CountingShell:
 
 
 def _layer(spec: FabricSpec) -> tuple[CountingShell, object]:
-    shell = CountingShell()
+    shell = CountingShell(spec.loopbacks_per_node)
     ctx = Ctx(spec, Runner(shell, "r1"), lambda m: None, port_base=0)
     for n in NODES:
         ctx.cache.inventory[n.name] = _Inventory(DEVICES)  # type: ignore[assignment]

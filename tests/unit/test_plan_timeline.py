@@ -51,11 +51,12 @@ def test_the_reference_timeline_by_hand(glm):
     whole = 60 + sweep_s(300 / 1.9375) + sweep_s(60 / 0.96875)
     assert stages["fabric"][0] == pytest.approx(40 + single + 3 * pair + whole)
     assert stages["fabric"][0] == pytest.approx(721.7, abs=0.1)
-    # At most: inventory 20 s; each node's negative control and 16 NICs 8 at a time, 3 waves to their
-    # 2 x 600 + 15 s bound; 1 + 4 x 3 + 2 tests to the 600 s watchdog; and 2 replacements (a join,
-    # the new node's loopbacks, 1 + 4 x 3 tests each).
-    loopbacks = 3 * 1215
-    assert stages["fabric"][1] == pytest.approx(20 + loopbacks + 15 * 600 + 2 * (900 + loopbacks + 13 * 600))
+    # At most, per node (4 nodes, 32 at a time): the inventory's 3 commands to 120 s, the negative
+    # control and 16 NICs 8 at a time, 3 waves to their 2 x 600 + 15 s bound; then 1 + 4 x 3 + 2
+    # tests to the 600 s watchdog; and 2 replacements (a join, the new node's inventory and
+    # loopbacks, 1 + 4 x 3 tests each).
+    per_node = 3 * 120 + 3 * 1215
+    assert stages["fabric"][1] == pytest.approx(per_node + 15 * 600 + 2 * (900 + per_node + 13 * 600))
     assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
     assert stages["deploy"] == (600, 2700)
     # Sequential, 6 rounds, planned as if no point stopped early: every point to its cap
@@ -71,17 +72,26 @@ def test_the_sandbox_blueprints_timeline_by_hand(sandbox):
     stages = by_stage(make_plan(sandbox).timeline)
     assert stages["launch"] == (600, 600)                              # join_timeout_s 60 < the assumed 600
     # test_timeout_s 30; 16 NICs 2 at a time: the control and 8 waves to 2 x 30 + 15 s
-    assert stages["fabric"][1] == pytest.approx(20 + 9 * 75 + 15 * 30 + 2 * (60 + 9 * 75 + 13 * 30))
+    per_node = 3 * 120 + 9 * 75
+    assert stages["fabric"][1] == pytest.approx(per_node + 15 * 30 + 2 * (60 + per_node + 13 * 30))
     assert stages["benchmark"] == (10 + 10 + 15 + 15, 50 + 3600)       # 1 repeat of 4 points
 
 
-@pytest.mark.parametrize("per_node, waves", [(10, 3), (8, 3), (7, 4), (5, 5), (4, 5), (3, 7), (1, 17)])
+@pytest.mark.parametrize("per_node, waves", [(10, 3), (7, 4), (5, 5), (4, 5), (3, 7), (1, 17)])
 def test_the_fabric_worst_case_counts_a_loopback_wave_per_started_batch_of_nics(glm, per_node, waves):
     fabric = glm.fabric.model_copy(update={"loopbacks_per_node": per_node})
     worst = make_plan(glm.model_copy(update={"fabric": fabric})).timeline.of("fabric").worst_s
     base = make_plan(glm.model_copy(update={"fabric": glm.fabric.model_copy(update={"loopbacks_per_node": 8})}))
     # 3 waves at 8 per node; every other wave adds its bound once for the fleet and once per replacement.
     assert worst - base.timeline.of("fabric").worst_s == pytest.approx((waves - 3) * 1215 * (1 + 2))
+
+
+@pytest.mark.parametrize("parallel, batches", [(32, 1), (4, 1), (3, 2), (2, 2), (1, 4)])
+def test_the_per_node_fabric_layers_run_aws_ssh_max_parallel_nodes_at_a_time(glm, parallel, batches):
+    ssh = glm.aws.ssh.model_copy(update={"max_parallel": parallel})
+    worst = make_plan(glm.model_copy(update={"aws": glm.aws.model_copy(update={"ssh": ssh})})).timeline.of("fabric")
+    per_node = 3 * 120 + 3 * 1215  # 4 nodes; each batch also runs its single-node test to 600 s
+    assert worst.worst_s - make_plan(glm).timeline.of("fabric").worst_s == pytest.approx((batches - 1) * (per_node + 600))
 
 
 def test_a_fixed_benchmark_is_its_repeats_and_a_budget_cuts_either(glm):
@@ -108,7 +118,7 @@ def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
 
 
 def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
-    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 17.2 h at most, 48 h held
+    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 17.5 h at most, 48 h held
     short = glm.model_copy(update={"expected_run_hours": 5.0})
     assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
     exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
@@ -116,7 +126,7 @@ def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 17, "max_upfront_usd": 5000})
     block = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap})})
     (warning,) = [w for w in make_plan(block).warnings if "Capacity Block" in w]
-    assert "17.1 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
+    assert "17.4 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
     odcr = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": glm.aws.capacity.model_copy(
         update={"duration_hours": 12})})})
     assert any("duration_hours = 12" in w for w in make_plan(odcr).warnings)
@@ -132,7 +142,7 @@ def test_the_pairwise_rounds_are_the_round_robins(glm, prefill, decode, rounds):
 
 
 def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
-    # At most 17.66 h here: inside an 18 h block, not inside its 17.5 usable hours.
+    # At most 17.95 h here: inside an 18 h block, not inside its 17.5 usable hours.
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 18, "max_upfront_usd": 5000})
     bp = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap}),
                                 "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 5600})})
@@ -157,7 +167,7 @@ def test_the_migrate_summary_shows_each_stage_beside_its_projection(glm):
     t = project(glm, 754.0, 253.0)
     lines = beside_actual(t, [{"stage": "fabric", "status": "done", "seconds": 41.2},
                               {"stage": "teardown", "status": "done", "seconds": 3.0}])
-    assert lines[2] == "| fabric | done | 41.2 | 12 min | 10.4 h |"
+    assert lines[2] == "| fabric | done | 41.2 | 12 min | 10.7 h |"
     assert lines[3] == "| teardown | done | 3.0 | — | — |"
 
 

@@ -35,6 +35,7 @@ class Sshd:
     host_key_line: str
     process: subprocess.Popen | None = None
     extra: str = ""
+    max_sessions: int = 64  # sessions on one connection; OpenSSH's default is 10
 
     @property
     def user(self) -> str:
@@ -42,7 +43,7 @@ class Sshd:
 
     @classmethod
     def create(cls, root: Path, addresses: list[str], port: int | None = None, extra: str = "",
-               client_key: Path | None = None) -> "Sshd":
+               client_key: Path | None = None, max_sessions: int = 64) -> "Sshd":
         root.mkdir(parents=True, exist_ok=True)
         host_key = root / "host_ed25519"
         host_line = keygen(host_key)
@@ -51,7 +52,8 @@ class Sshd:
             keygen(client_key)
         (root / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
         os.chmod(root / "authorized_keys", 0o600)
-        return cls(root, addresses, port or free_port(addresses[0]), client_key, host_line, extra=extra)
+        return cls(root, addresses, port or free_port(addresses[0]), client_key, host_line, extra=extra,
+                   max_sessions=max_sessions)
 
     def config(self) -> str:
         listen = "\n".join(f"ListenAddress {a}:{self.port}" for a in self.addresses)
@@ -66,7 +68,7 @@ PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
 MaxStartups 200
-MaxSessions 64
+MaxSessions {self.max_sessions}
 AllowTcpForwarding yes
 LogLevel ERROR
 Subsystem sftp internal-sftp
