@@ -31,7 +31,7 @@ from prefect.input import RunInput
 from flows import pipeline
 from tasks import benchmark, deploy, promote
 from tasks.errors import BenchmarkBelowGate, StageFailed
-from tasks.planning.promotion_decision import decide, rolled_back_message
+from tasks.planning.promotion_decision import decide, not_promoted_in_place_message, rolled_back_message
 from tasks.planning.records import GateResult
 
 PAUSE_POLL_S = 2
@@ -64,12 +64,18 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 
 @flow(name="benchmark-gate")
 def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
-                   colour: Literal["blue", "green"] | None = None, target: str | None = None) -> GateResult:
+                   colour: Literal["blue", "green"] | None = None, target: str | None = None,
+                   in_place: bool = False, same_window: str = "") -> GateResult:
     """Args:
         blueprint_path: the blueprint (benchmark scenarios, baseline, gate, promotion).
         run_id: the run whose candidate to judge (default: derived from the blueprint).
         colour: the candidate colour; default the one the run's deploy stage brought up.
         target: measure this URL instead of the candidate's router.
+        in_place: the candidate is the live colour updated in place (a rolling update): a PASS
+            records the baseline (production already routes to it), anything else raises
+            without deleting it (the update reverts it).
+        same_window: judge against the live colour measured in the same window (a ``fleet``
+            update's baseline, in the state store at this key), not the last promotion's.
     """
     run = pipeline.start(blueprint_path, run_id)
     bp, deployed = run.blueprint, run.ledger.deployed()
@@ -79,8 +85,8 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
     # The deploy's generation keys the cached measurement and verdict: a replay after a
     # suspension reuses them, the next deploy of the same colour measures afresh.
     generation = deployed.generation if deployed and deployed.colour == colour else ""
-    measured = benchmark.measure(run, colour, target, generation)
-    verdict = benchmark.judge(run, colour, measured, generation)
+    measured = benchmark.measure(run, colour, target, generation, same_window)
+    verdict = benchmark.judge(run, colour, measured, generation, same_window)
     answer = _ask_a_person(run.run_id, bp.promotion.approval_timeout_s, list(verdict.reasons), verdict.report) \
         if verdict.outcome == "INCONCLUSIVE" else (None, "")
     decision = decide(verdict.outcome, *answer)
@@ -89,6 +95,9 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
         promoted = promote.promote(run, colour, verdict.results_path)
         retired = promote.retire_previous_colour(run, promoted)
         return pipeline.done(run, GateResult("promoted", decision.text, verdict, promoted, retired))
+    if in_place:
+        raise BenchmarkBelowGate(not_promoted_in_place_message(bp.name, colour, decision, list(verdict.reasons),
+                                                               verdict.report))
     # A run still Paused on the server (no answer in time) gets no task runs started: the
     # rollback then runs in this process as a plain function.
     rollback = deploy.rollback.fn if decision.timed_out else deploy.rollback

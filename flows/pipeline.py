@@ -45,9 +45,10 @@ def start(blueprint_path: str, run_id: str | None, hold: bool = True) -> Run:
     return pipeline_tasks.start_run(blueprint_path, run_id, hold)
 
 
-def done(run: Run, record: StageRecord) -> StageRecord:
-    """Record ``record``'s stage as done for ``run`` (the only caller of ``Run.finish_stage``)."""
-    pipeline_tasks.record_stage(run, record)
+def done(run: Run, record: StageRecord, keep_lease: bool = False) -> StageRecord:
+    """Record ``record``'s stage as done for ``run`` (the only caller of ``Run.finish_stage``);
+    ``keep_lease``: this flow goes on working on the run (a fleet update's handover records)."""
+    pipeline_tasks.record_stage(run, record, release=not keep_lease)
     return record
 
 

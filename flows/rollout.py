@@ -18,4 +18,4 @@ from tasks.planning.strategy import Strategy
 def rollout(blueprint: str = "blueprints/sandbox-2p2d.yaml", fleet_run_id: str | None = None,
             engine_image: str | None = None, model_revision: str | None = None, strategy: Strategy = "auto") -> dict:
     derived = rollout_tasks.derive_blueprint(blueprint, fleet_run_id, engine_image, model_revision)
-    return update(derived, fleet_run_id, strategy)
+    return update(derived, rollout_tasks.fleet_run(blueprint, fleet_run_id), strategy)

@@ -9,14 +9,36 @@ strategy (``tasks.planning.strategy``), then run it.
                 on the candidate. A FAIL or any error: the candidate deleted, the snapshot
                 re-applied and canaried, production back on the previous version.
 
+    rolling     weights; snapshot the live colour; decode, then prefill, replaced in place on the
+                nodes they hold (``tasks.planning.rolling``), each followed by the P->D canary; the
+                benchmark and the gate of the live colour against the last promotion's baseline;
+                PASS: the baseline and the snapshot are the new version's. A role that fails to
+                come up or fails its canary is reverted alone (the other keeps what it runs: the
+                two are KV-compatible, or rolling is refused); a FAIL or an error after both
+                reverts both.
+
+    fleet       a second fleet under a run id linked to the live one (``<run>-f1``), through the
+                pipeline's own stages: reserve, launch, fabric, weights, then the candidate
+                deployed on it (pinned to its nodes); the live colour benchmarked as the
+                baseline, then the candidate, in the same window; the gate; PASS: production
+                switched, the old colour kept for ``keep_previous_colour_s`` and drained, then the
+                first fleet released by its tags (reservation included). No second fleet to be
+                had, a FAIL or any error before the switch: the candidate and everything of the
+                second fleet released, the live colour untouched.
+
 A recreate cut off mid-way (a killed worker) leaves production in maintenance; a re-run of the
 same run id finds it so and restores the snapshot before it updates again, so production is
-never left without an engine once a run ends. ``rolling`` and ``fleet`` are refused before
-anything is touched, naming the strategies that are available.
+never left without an engine once a run ends. A rolling update cut off mid-way goes on at the
+role it stopped at (a role already on the candidate's revision is only waited for). A fleet
+update cut off mid-way is found by the ``handover`` record in the live run's ledger: before the
+switch, the next run goes on with the same second fleet (its own ledger resumes its stages);
+after it, the next run releases the first fleet. Once released, an update of the old run id
+goes to the run that holds the fleet now.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from prefect import flow, get_run_logger
@@ -25,15 +47,20 @@ from flows import pipeline
 from flows.benchmark import benchmark_flow
 from flows.deploy import deploy_flow
 from flows.migrate import REDEPLOY_STAGES, STAGE_FLOWS, MigrateParams, migrate
+from tasks import benchmark as benchmark_tasks
+from tasks import fleet as fleet_tasks
+from tasks import pipeline as pipeline_tasks
+from tasks import rolling as rolling_tasks
 from tasks import update as tasks
 from tasks.errors import StageFailed
+from tasks.planning import rolling as rolling_plan
 from tasks.planning.strategy import Strategy
-from tasks.planning.manifests.common import other_colour
+from tasks.planning.manifests.common import colour_namespace as common_ns, other_colour
 from tasks.runs import Run
 
 
 def update(blueprint_path: str, run_id: str | None, strategy: Strategy = "auto") -> dict:
-    run = pipeline.start(blueprint_path, run_id)
+    run = pipeline.start(blueprint_path, fleet_tasks.holder(blueprint_path, run_id))
     choice = tasks.choose_strategy(run, strategy)
     if choice.strategy == "blue-green":
         result = migrate(MigrateParams(blueprint=blueprint_path, run_id=run.run_id, stages=REDEPLOY_STAGES,
@@ -42,6 +69,11 @@ def update(blueprint_path: str, run_id: str | None, strategy: Strategy = "auto")
     if choice.strategy == "recreate":
         pipeline.run_stages(run, ["weights"], ["weights"], STAGE_FLOWS)
         return {**recreate(run), "strategy": "recreate", "strategy_reason": choice.reason}
+    if choice.strategy == "rolling":
+        pipeline.run_stages(run, ["weights"], ["weights"], STAGE_FLOWS)
+        return {**rolling(run), "strategy": "rolling", "strategy_reason": choice.reason}
+    if choice.strategy == "fleet":
+        return {**fleet(run), "strategy": "fleet", "strategy_reason": choice.reason}
     raise StageFailed(f"{run.blueprint.name}: strategy {choice.strategy} cannot run here; nothing was touched")
 
 
@@ -127,8 +159,131 @@ def _rows(phases: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
 
 
+def rolling(run: Run) -> dict:
+    """The rolling sequence; returns its outcome with each step's seconds (a role's engines are
+    out of the P->D path while it restarts)."""
+    log, bp = get_run_logger(), run.blueprint
+    live = tasks.live_colour(run)
+    if live is None:
+        raise StageFailed(f"{bp.name}: nothing is live to update; run `pdlift deploy` (or migrate) first")
+    target = rolling_tasks.candidate_revision(run, live)
+    # Refused before anything is touched unless the live roles run the snapshot's revision (or,
+    # after a cut-off rolling update of this same change, the candidate's).
+    snap = tasks.snapshot(run, live, resuming=target)
+    rolled, summary = [], ""
+    for step in rolling_plan.steps(bp):
+        try:
+            act = rolling_tasks.roll_role if step.action == "roll" else rolling_tasks.restart_role
+            rolled.append(act(run, live, step.role))
+            summary = rolling_tasks.canary(run, live, f"{step.action} {step.role}")
+        except Exception:
+            _revert(run, snap, [step.role])  # only the role in flight
+            raise
+    try:
+        pipeline.done(run, rolling_tasks.finish(run, live, rolled, summary))
+        gate = benchmark_flow(run.blueprint_path, run.run_id, colour=live, in_place=True)
+    except Exception:
+        _revert(run, snap, [rolling_plan.PREFILL, rolling_plan.DECODE])
+        raise
+    rolling_tasks.save_snapshot(run, live)
+    phases = {f"{r.role}_{'restart' if r.from_revision == r.to_revision else 'roll'}": r.seconds for r in rolled}
+    log.info(f"{bp.name}: {live} runs revision {target} (was {snap.revision}): " + _rows(phases))
+    return {"deployment": bp.name, "previous": live, "colour": live, "outcome": gate.outcome, "revision": target,
+            "previous_revision": snap.revision, "phases_s": phases}
+
+
+def _revert(run: Run, snap, roles: list[str]) -> None:
+    """``roles`` of the live colour back onto the snapshot, in that order, and decode restarted
+    after a prefill revert where the engine needs it; then the canary. A revert that fails is
+    logged with what runs, and the original error is the one raised."""
+    log, bp, live = get_run_logger(), run.blueprint, snap.colour
+    log.error(f"{bp.name}: the rolling update of {live} did not promote; reverting {', '.join(roles)} to revision "
+              f"{snap.revision}")
+    done = []
+    try:
+        for role in roles:
+            done.append(rolling_tasks.roll_role(run, live, role, snap))
+        if rolling_plan.PREFILL in roles and rolling_plan.DECODE not in roles[roles.index(rolling_plan.PREFILL):] \
+                and rolling_plan.decode_restart_reason(snap.blueprint):
+            done.append(rolling_tasks.restart_role(run, live, rolling_plan.DECODE, snap))
+        summary = rolling_tasks.canary(run, live, "the revert", snap)
+        if set(roles) == set(rolling_plan.ROLES):
+            pipeline.done(run, rolling_tasks.reverted(run, live, snap, done, summary))
+    except Exception as e:  # noqa: BLE001 - the update's own error is the one the run reports
+        log.critical(f"{bp.name}: the revert of {', '.join(roles)} failed ({e}); {live} may run a mix of revisions: "
+                     f"inspect with `kubectl -n {common_ns(bp, live)} get lws -L pdlift.io/revision`")
+        return
+    log.warning(f"{bp.name}: {', '.join(roles)} back on revision {snap.revision}")
+
+
+SECOND_FLEET_STAGES = ["reserve", "launch", "fabric", "weights"]
+
+
+def fleet(run: Run) -> dict:
+    """The fleet sequence; returns its outcome, the second fleet's run id, each phase's seconds
+    and the extra fleet-hours (both fleets billing) from the two ledgers."""
+    log, bp = get_run_logger(), run.blueprint
+    handover, step = fleet_tasks.where(run)
+    phases: dict[str, float] = {}
+    outcome = "promoted"
+    if step != "release":
+        live = tasks.live_colour(run)
+        if live is None:
+            raise StageFailed(f"{bp.name}: nothing is live to update; run `pdlift deploy` (or migrate) first")
+        handover = pipeline.done(run, fleet_tasks.begin(run, live, handover), keep_lease=True)
+        second = pipeline.start(run.blueprint_path, handover.successor)
+        mark = time.monotonic()
+        try:
+            pipeline.run_stages(second, SECOND_FLEET_STAGES, [], STAGE_FLOWS)
+            phases["second_fleet"] = round(time.monotonic() - mark, 3)
+            mark = time.monotonic()
+            deployed = deploy_flow(second.blueprint_path, second.run_id, colour=handover.colour, pin_to_fleet=True)
+            phases["bring_up"] = round(time.monotonic() - mark, 3)
+            mark = time.monotonic()
+            measured = benchmark_tasks.measure(run, live, None, f"same-window-{deployed.generation}")
+            baseline = fleet_tasks.same_window_baseline(run, second, live, measured)
+            phases["baseline"] = round(time.monotonic() - mark, 3)
+            mark = time.monotonic()
+            gate = benchmark_flow(second.blueprint_path, second.run_id, colour=handover.colour, same_window=baseline)
+            phases["benchmark_and_switch"] = round(time.monotonic() - mark, 3)
+            outcome = gate.outcome
+        except Exception as e:
+            if not fleet_tasks.production_on(run, handover.colour):
+                pipeline.done(run, fleet_tasks.abandon(run, second, handover, f"{type(e).__name__}: {e}"),
+                              keep_lease=True)
+                pipeline_tasks.publish_ledgers([run, second])
+                raise StageFailed(f"{bp.name}: the fleet update stopped before its switch ({e}); {live} is "
+                                  f"untouched and the second fleet (run {second.run_id}) was released") from e
+            # Production is on the second fleet already: its first fleet goes all the same.
+            log.error(f"{bp.name}: {type(e).__name__} after production switched to {handover.colour}: {e}")
+        handover = pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)
+    else:
+        log.warning(f"{bp.name}: an earlier fleet update switched production to {handover.colour} (run "
+                    f"{handover.successor}) and was cut off; releasing the first fleet")
+        second = pipeline.start(run.blueprint_path, handover.successor)
+    mark = time.monotonic()
+    handover = pipeline.done(run, fleet_tasks.release(run, handover), keep_lease=True)
+    phases["release_first_fleet"] = round(time.monotonic() - mark, 3)
+    extra = fleet_tasks.overlap(run, second, phases)
+    pipeline_tasks.publish_ledgers([run, second])
+    pipeline_tasks.release_run(second)
+    log.info(f"{bp.name}: production on {handover.colour} on run {second.run_id}'s fleet; run {run.run_id}'s fleet "
+             f"released; both billed for {extra.hours:.2f} h (${extra.usd:,.2f} extra): " + _rows(phases))
+    return {"deployment": bp.name, "previous": handover.previous_colour, "colour": handover.colour,
+            "outcome": outcome, "fleet_run_id": second.run_id, "previous_fleet_run_id": run.run_id,
+            "phases_s": phases, "extra_fleet_hours": extra.hours, "extra_usd": extra.usd,
+            "released": handover.note}
+
+
 @flow(name="recreate")
 def recreate_flow(blueprint_path: str, run_id: str | None = None) -> dict:
     """The recreate strategy alone, on the run's current weights (``redeploy --strategy recreate``
     stages the weights first)."""
     return recreate(pipeline.start(blueprint_path, run_id))
+
+
+@flow(name="rolling")
+def rolling_flow(blueprint_path: str, run_id: str | None = None) -> dict:
+    """The rolling strategy alone, on the run's current weights (``redeploy --strategy rolling``
+    stages the weights first, and refuses a change that is not KV-compatible)."""
+    return rolling(pipeline.start(blueprint_path, run_id))

@@ -142,12 +142,13 @@ def up(postgres: bool = False) -> dict[str, str]:
     return env
 
 
-def trigger(blueprint: str, flow: str = "migrate") -> str:
+def trigger(blueprint: str, flow: str = "migrate", strategy: str = "auto") -> str:
     """Start a run of the ``migrate`` deployment, or of ``redeploy`` (what its weekly schedule
-    starts: the demo's own fleet, the strategy ``auto`` picks) over REST."""
+    starts: the demo's own fleet, the strategy ``auto`` picks unless one is named) over REST."""
     dep = http("GET", f"/deployments/name/{flow}/{flow}")
     name = f"demo-{flow}-{int(time.time())}"
-    parameters = {"params": {"blueprint": blueprint}} if flow == "migrate" else {"blueprint": blueprint}
+    parameters = {"params": {"blueprint": blueprint}} if flow == "migrate" else {"blueprint": blueprint,
+                                                                                  "strategy": strategy}
     # the idempotency key makes a retried POST (after a 503) give the same run, not a second one
     body = {"parameters": parameters, "name": name, "tags": ["pdlift-demo"], "idempotency_key": name}
     return http("POST", f"/deployments/{dep['id']}/create_flow_run", body)["id"]
@@ -207,13 +208,15 @@ def main() -> int:
     parser.add_argument("--redeploy", action="store_true",
                         help="on the running demo: start the scheduled `redeploy` deployment now over REST and "
                              "follow it (the 4-node fleet has no room for a second colour: recreate)")
+    parser.add_argument("--strategy", default="auto", choices=["auto", "blue-green", "rolling", "recreate", "fleet"],
+                        help="with --redeploy: the strategy (fleet: a second 4-node fleet, then the first released)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
     if args.down:
         down()
         return 0
     if args.redeploy:
-        flow_run_id = trigger(args.blueprint, "redeploy")
+        flow_run_id = trigger(args.blueprint, "redeploy", args.strategy)
         print(f"demo: redeploy started: {UI}/runs/flow-run/{flow_run_id}")
         fr = follow(flow_run_id, args.timeout)
         print(f"\n== redeploy finished: {fr['state_name']} ==")

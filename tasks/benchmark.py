@@ -43,14 +43,16 @@ def _key(kind: str, parameters: dict) -> str:
             + (f"-{generation}" if generation else ""))
 
 
-def measure(run: Run, colour: str, target: str | None, generation: str) -> stage.BenchmarkRun:
+def measure(run: Run, colour: str, target: str | None, generation: str, same_window: str = "") -> stage.BenchmarkRun:
     """The benchmark task with its result persisted in the run's state store (see the docstring)."""
-    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation)
+    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation, same_window)
 
 
-def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str) -> GateVerdict:
-    """The gate task with its result persisted in the run's state store."""
-    return gate.with_options(result_storage=_results(run))(run, colour, measured, generation)
+def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str, same_window: str = "") -> GateVerdict:
+    """The gate task with its result persisted in the run's state store; ``same_window``: judged
+    against the live colour measured in the same window (``stage.same_window_key``), not the
+    last promotion's baseline."""
+    return gate.with_options(result_storage=_results(run))(run, colour, measured, generation, same_window)
 
 
 def _results(run: Run) -> StateStoreResults:
@@ -62,9 +64,9 @@ def _bench_folder(wiring: Wiring, run: Run) -> Path:
     return wiring.state.pull(stage.bench_key(run.blueprint.name, run.run_id))
 
 
-def _baseline(wiring: Wiring, bp) -> stage.Baseline:
-    wiring.state.pull(stage.baseline_key(bp.name))
-    return stage.current_baseline(wiring.state_root, bp)
+def _baseline(wiring: Wiring, bp, same_window: str = "") -> stage.Baseline:
+    wiring.state.pull(same_window or stage.baseline_key(bp.name))
+    return stage.current_baseline(wiring.state_root, bp, same_window)
 
 
 def ready_url(wiring: Wiring, service: str) -> str:
@@ -77,7 +79,8 @@ def ready_url(wiring: Wiring, service: str) -> str:
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("bench", p), persist_result=True)
-def benchmark(run: Run, colour: str, target: str | None = None, generation: str = "") -> stage.BenchmarkRun:
+def benchmark(run: Run, colour: str, target: str | None = None, generation: str = "",
+              same_window: str = "") -> stage.BenchmarkRun:
     bp, log = run.blueprint, get_run_logger()
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
@@ -94,7 +97,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
 
         server = _server_metrics(wiring, colour, log)
         # A sequential benchmark judges as it goes, against the baseline the gate will use.
-        baseline = _baseline(wiring, bp) if bp.benchmark.sequential else None
+        baseline = _baseline(wiring, bp, same_window) if bp.benchmark.sequential else None
         measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress,
                                        server=server.around if server else None, baseline=baseline,
                                        seed=zlib.crc32(run.run_id.encode()))
@@ -124,7 +127,8 @@ def _server_metrics(wiring: Wiring, colour: str, log) -> ServerMetrics | None:
 
 
 @task(cache_key_fn=lambda _ctx, p: _key("gate", p), persist_result=True)
-def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = "") -> GateVerdict:
+def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = "",
+         same_window: str = "") -> GateVerdict:
     """Judge, write the report files, publish the artifacts and emit ``pdlift.gate.<outcome>``."""
     bp = run.blueprint
     with Wiring(bp) as wiring:
@@ -132,7 +136,7 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
         directory = _bench_folder(wiring, run)
         results_path = directory / "results.json"
         summaries = stage.read_results(results_path)
-        baseline = _baseline(wiring, bp)
+        baseline = _baseline(wiring, bp, same_window)
         family = stage.read_sequential(results_path).get("family")
         report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
                              family=family)

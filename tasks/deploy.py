@@ -36,10 +36,12 @@ def choose_colour(run: Run, requested: str | None = None) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0) -> Deployed:
-    """Apply, wait, canary. On failure the diagnostics (events, log tails) become an artifact."""
+def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0, pin: bool = False) -> Deployed:
+    """Apply, wait, canary. On failure the diagnostics (events, log tails) become an artifact.
+    ``pin``: the engines on this run's own fleet only (a ``fleet`` update's second fleet)."""
     bp, log = run.blueprint, get_run_logger()
-    options = stage.DeployOptions(limits=WaitLimits(poll_s=poll_s))
+    fleet_run = run.run_id if pin else ""
+    options = stage.DeployOptions(limits=WaitLimits(poll_s=poll_s), fleet_run=fleet_run)
     with Wiring(bp) as wiring:
         try:
             deployed = stage.deploy(bp, wiring.kube, wiring.engines, colour, options, progress=log.info,
@@ -52,7 +54,7 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0) -> Deployed
         # What is live now, as applied (images pinned by digest), in the state store: what a
         # later run re-applies to put this colour back, from whichever worker.
         key = stage.snapshot_key(bp.name, run.run_id)
-        stage.render_to_dir(bp, deployed.colour, wiring.state_root / key)
+        stage.render_to_dir(bp, deployed.colour, wiring.state_root / key, fleet_run)
         stage.save_blueprint(wiring.state_root / key, bp, deployed.colour)
         wiring.state.push(key)
     # A new generation for every deploy: the benchmark and the gate are cached per generation.

@@ -68,9 +68,12 @@ def _flow_run_ended(flow_run_id: str) -> bool:
 
 
 @task(cache_policy=NO_CACHE)
-def record_stage(run: Run, record: StageRecord) -> None:
+def record_stage(run: Run, record: StageRecord, release: bool = True) -> None:
+    """Record ``record``; ``release``: and give the run's lease up when this flow run took it (a
+    stage flow's work is done; a flow that goes on working on the run keeps it)."""
     run.finish_stage(record)
-    release_run.fn(run)
+    if release:
+        release_run.fn(run)
 
 
 @task(cache_policy=NO_CACHE)

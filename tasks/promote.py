@@ -46,7 +46,8 @@ def retire_previous_colour(run: Run, promoted: Promotion) -> Retired | None:
                  f"(promotion.keep_previous_colour_s) before deleting it")
     try:
         with Wiring(bp) as wiring:
-            done = stage.retire_previous(bp, promoted.previous, promoted.colour, wiring.routing)
+            done = stage.retire_previous(bp, promoted.previous, promoted.colour, wiring.routing,
+                                         http=wiring.engines)
     except PdliftError as e:
         # Production already routes to the new colour: a failed clean-up must not fail that.
         log.warning(f"{bp.name}: could not retire the previous colour {promoted.previous}: {e}; delete it "

@@ -10,7 +10,15 @@ from prefect.cache_policies import NO_CACHE
 
 from blueprints.loader import load_blueprint, parse_blueprint
 from tasks.adapters.ledger_store import write_atomic
+from tasks.runs import run_id_of
 from tasks.wiring import Wiring
+
+
+@task(cache_policy=NO_CACHE)
+def fleet_run(blueprint_path: str, fleet_run_id: str | None) -> str:
+    """The run that holds the fleet: ``fleet_run_id``, else the one the fleet's own blueprint
+    derives (not the derived blueprint's: its overrides change the derived run id)."""
+    return run_id_of(load_blueprint(blueprint_path), fleet_run_id)
 
 
 @task(cache_policy=NO_CACHE)

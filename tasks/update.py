@@ -9,7 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from tasks.errors import PdliftError
-from tasks.planning import kv_fingerprint, room, strategy, update_plan
+from tasks.planning import fleet_swap, kv_fingerprint, room, strategy, update_plan
 from tasks.planning.plan import make_plan
 from tasks.planning.identity import artifact_key
 from tasks.planning.manifests import common
@@ -17,6 +17,7 @@ from tasks.planning.manifests.pods import LWS_API
 from tasks.planning.records import RolledBack
 from tasks.runs import Run
 from tasks.stages import deploy as deploy_stage
+from tasks.stages import drain as drain_stage
 from tasks.stages import recreate as stage
 from tasks.stages.clock import Clock
 from tasks.stages.deploy_wait import WaitLimits
@@ -34,9 +35,17 @@ def _live_objects(wiring: Wiring, bp, live: str) -> list[dict]:
 def choose_strategy(run: Run, requested: strategy.Strategy = "auto") -> strategy.StrategyChoice:
     """Read what is live (its colour, its engines' KV fingerprint, the GPUs it holds) and pick."""
     bp = run.blueprint
+    run.reload()
     with Wiring(bp) as wiring:
         kube = wiring.kube
         live = deploy_stage.live_colour(bp, kube)
+        swap = fleet_swap.next_step(run.ledger.handover(), live)
+        if swap != "none":
+            # A fleet update was cut off: only fleet can finish it (go on building its second
+            # fleet, or release the first); anything else would leave one of them billing.
+            what = "before its switch; this run goes on with its second fleet" if swap == "build" \
+                else "after its switch; this run releases the first fleet"
+            return _publish(run, strategy.StrategyChoice("fleet", f"an earlier fleet update was cut off {what}"), [])
         if live is None and stage.in_maintenance(bp, wiring.routing) is not None:
             # A recreate was cut off with production in maintenance: only recreate can finish it.
             choice = strategy.StrategyChoice("recreate", "production is in maintenance: an earlier recreate "
@@ -50,7 +59,8 @@ def choose_strategy(run: Run, requested: strategy.Strategy = "auto") -> strategy
             shortfalls = room.shortfalls(room.needs(objects), nodes, pods, common.colour_namespace(bp, candidate))
             changes = kv_fingerprint.differences(kv_fingerprint.fingerprint(_live_objects(wiring, bp, live)),
                                                  kv_fingerprint.fingerprint(objects))
-    choice = strategy.choose(requested, bp.promotion, live=live, room_shortfalls=shortfalls, kv_changes=changes)
+    choice = strategy.choose(requested, bp.promotion, live=live, room_shortfalls=shortfalls, kv_changes=changes,
+                             fleet_obstacle=strategy.second_fleet_obstacle(bp.aws.capacity))
     return _publish(run, choice, changes)
 
 
@@ -76,11 +86,11 @@ def estimate_downtime(run: Run) -> update_plan.Downtime:
 
 
 @task(cache_policy=NO_CACHE)
-def snapshot(run: Run, live: str, running: bool = True) -> stage.Snapshot:
+def snapshot(run: Run, live: str, running: bool = True, resuming: str = "") -> stage.Snapshot:
     bp = run.blueprint
     with Wiring(bp) as wiring:
         directory = wiring.state.pull(deploy_stage.snapshot_key(bp.name, run.run_id))
-        return stage.read_snapshot(bp, wiring.kube, live, directory, running)
+        return stage.read_snapshot(bp, wiring.kube, live, directory, running, resuming)
 
 
 @task(cache_policy=NO_CACHE)
@@ -108,7 +118,7 @@ def drain(run: Run, snap: stage.Snapshot, retry_after_s: int, generation_before:
         switched = round(clock.monotonic() - started, 3)
         log.info(f"{bp.name}: production answers 503 (Retry-After {retry_after_s} s) from the maintenance "
                  "responder; waiting for in-flight requests")
-        waited, left = stage.wait_in_flight(bp, wiring.kube, wiring.engines, live, clock)
+        waited, left = drain_stage.wait_in_flight(bp, wiring.kube, wiring.engines, live, clock)
     if left:
         log.warning(f"{bp.name}: {left} request(s) still running on {live} after {waited:.0f} s (the engines' "
                     "--shutdown-timeout); they are cut off")

@@ -13,7 +13,8 @@ Sources, later ones win, read at use time (so a test can change the file while e
    keys: ``engine`` (vllm, sglang, vllm-router, sglang-router, mooncake-master), ``role``
    (prefill, decode, both, mixed, router, master), ``namespace`` (env POD_NAMESPACE or
    PDLIFT_SANDBOX_NAMESPACE), ``pod`` (env POD_NAME or HOSTNAME), ``port`` (as a string). A match
-   value may be a list (any of).
+   value may be a list (any of). ``args_contain`` matches a substring of the engine's command line
+   (a candidate told apart from the version it replaces in the same pods by a flag it adds).
 
 Faults (all off by default):
     crash_at_start: str | bool   exit 1 at start with this message
@@ -40,6 +41,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -86,6 +88,7 @@ def identity(engine: str, role: str, port: int | None) -> dict[str, str]:
         "namespace": os.environ.get("POD_NAMESPACE") or os.environ.get("PDLIFT_SANDBOX_NAMESPACE", ""),
         "pod": os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", ""),
         "port": "" if port is None else str(port),
+        "args": " ".join(sys.argv[1:]),
     }
 
 
@@ -101,6 +104,10 @@ def _env_json(name: str) -> dict:
 
 def _matches(match: dict, ident: dict[str, str]) -> bool:
     for key, want in match.items():
+        if key == "args_contain":
+            if str(want) not in ident.get("args", ""):
+                return False
+            continue
         wanted = [str(w) for w in want] if isinstance(want, list) else [str(want)]
         if ident.get(key, "") not in wanted:
             return False

@@ -100,6 +100,12 @@ def scaled(value, replicas: int, round_up: bool) -> int:
     return int(value)
 
 
+def _rollout(lws: dict) -> tuple[dict, int]:
+    """The set's rollingUpdateConfiguration, and its partition (groups below it are not updated)."""
+    rollout = (lws["spec"].get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
+    return rollout, int(rollout.get("partition") or 0)
+
+
 def _restarts(pods: list[dict]) -> int:
     return sum(cs.get("restartCount", 0) for p in pods
                for cs in (p.get("status") or {}).get("containerStatuses") or [])
@@ -174,7 +180,7 @@ class LeaderWorkerSets:
                     self._create(lws, i, j, size, rev, leader)
             if states[i].ready:
                 self._mark_started(leader, group)
-        self.app.api.write_status(LWS, lws, self._status(lws, groups, states, replicas))
+        self.app.api.write_status(LWS, lws, self._status(lws, states, replicas))
 
     @staticmethod
     def _state(group: list[dict], size: int, rev: str) -> GroupState:
@@ -186,8 +192,7 @@ class LeaderWorkerSets:
     def _partition(self, lws: dict, states: list[GroupState], replicas: int, rev: str) -> int:
         """Groups at this index and above are updated (the leader StatefulSet's partition)."""
         key = (lws["metadata"]["namespace"], lws["metadata"]["name"])
-        rollout = (lws["spec"].get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
-        floor = int(rollout.get("partition") or 0)
+        rollout, floor = _rollout(lws)
         seen = self._rollouts.get(key)
         if seen is None or seen[0] != rev:
             # A new template: nothing updated yet where groups run an older one (LWS Case 2);
@@ -206,9 +211,8 @@ class LeaderWorkerSets:
         return partition
 
     @staticmethod
-    def _status(lws: dict, groups: dict[int, list[dict]], states: list[GroupState], replicas: int) -> dict:
-        rollout = (lws["spec"].get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
-        floor = int(rollout.get("partition") or 0)
+    def _status(lws: dict, states: list[GroupState], replicas: int) -> dict:
+        _, floor = _rollout(lws)
         present = [i for i in range(replicas) if states[i].present]
         ready = sum(1 for s in states if s.ready)
         updated = sum(1 for s in states if s.updated)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from tasks.planning import records as rec
 from tasks.planning.identity import Generation
-from tasks.planning.records import Deployed, FabricVerdict, Fleet, GateResult, Reserved, StageRecord
+from tasks.planning.records import Deployed, FabricVerdict, Fleet, GateResult, Handover, Reserved, StageRecord
 
 SCHEMA_VERSION = 2
 TOKEN_GENERATION = "client-token"
@@ -104,6 +104,10 @@ class Ledger:
 
     def gate(self) -> GateResult | None:
         return self.records.get("benchmark")  # type: ignore[return-value]
+
+    def handover(self) -> Handover | None:
+        """A ``fleet`` update of this run's fleet: to which run, and how far it got."""
+        return self.records.get("handover")  # type: ignore[return-value]
 
     def live(self, kind: str | None = None) -> list[LedgerEntry]:
         return [e for e in self.entries if not e.ended_at and (kind is None or e.kind == kind)]

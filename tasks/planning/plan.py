@@ -107,9 +107,12 @@ def make_plan(bp: Blueprint) -> Plan:
 
 
 def _updates(bp: Blueprint, timeline: Timeline, gpn: int) -> tuple[dict, list[str]]:
-    """The strategy auto takes for a redeploy on this fleet, and recreate's downtime estimate."""
+    """The strategy auto takes for a redeploy on this fleet, recreate's downtime estimate and
+    fleet's extra fleet-hours."""
     down = update_plan.recreate_downtime(bp, timeline)
-    out: dict = {"recreate_downtime": asdict(down), "recreate": update_plan.describe(down)}
+    extra = update_plan.fleet_overlap(bp, timeline)
+    out: dict = {"recreate_downtime": asdict(down), "recreate": update_plan.describe(down),
+                 "fleet_overlap": asdict(extra), "fleet": update_plan.describe_fleet(extra)}
     try:
         objects = render_stack(bp, "green", bp.staging.local_path)
         choice = update_plan.auto_on_own_fleet(bp, objects, gpn)

@@ -62,7 +62,7 @@ def render(plan: Plan, markdown: bool = False) -> str:
     if u:
         out += [h("Updates (redeploy, rollout)"), "",
                 f"strategy on this fleet: {u['strategy']} ({u['reason']})", u["recreate"],
-                f"(recreate: {u['recreate_downtime']['basis']})", ""]
+                f"(recreate: {u['recreate_downtime']['basis']})", u["fleet"], ""]
     out += [h("Will create"), ""] + [f"- {r}" for r in plan.resources] + [""]
     out += [h("Warnings"), ""] + ([f"- {w}" for w in plan.warnings] or ["- none"])
     return "\n".join(out) + "\n"

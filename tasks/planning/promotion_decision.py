@@ -29,3 +29,11 @@ def rolled_back_message(deployment: str, colour: str, decision: Decision, delete
                         reasons: list[str], report: str) -> str:
     return (f"{deployment}: candidate {colour} rolled back ({decision.text}; deleted "
             f"{', '.join(deleted) or 'nothing'}): " + "; ".join(reasons[:5]) + f". Report: {report}")
+
+
+def not_promoted_in_place_message(deployment: str, colour: str, decision: Decision, reasons: list[str],
+                                  report: str) -> str:
+    """A candidate updated in place (a rolling update of the live colour) is not deleted: the
+    update reverts its roles from the snapshot."""
+    return (f"{deployment}: the update of {colour} in place did not promote ({decision.text}); it is reverted to "
+            "its snapshot: " + "; ".join(reasons[:5]) + f". Report: {report}")

@@ -7,6 +7,7 @@
     weights   -> StagedWeights   what each node holds and fetched
     deploy    -> Deployed        the candidate colour that is up and passed its canary
     benchmark -> GateResult      the gate's verdict and what was promoted (a FAIL raises instead)
+    handover  -> Handover        a ``fleet`` update moving the stack to a second fleet (run)
     teardown  -> TornDown        how many resources were released
 
 Records are stored in the run ledger as plain JSON (``to_dict``) and read back with
@@ -162,6 +163,16 @@ class Retired:
 
 
 @dataclass(frozen=True)
+class RoleRolled:
+    """One role of the live colour replaced in place (a rolling update's step, or its revert)."""
+    role: str
+    from_revision: str
+    to_revision: str
+    seconds: float                       # apply (or the restart) -> the role Ready and listed by the router
+    phases_s: dict[str, float]
+
+
+@dataclass(frozen=True)
 class RolledBack:
     colour: str
     deleted: tuple[str, ...]
@@ -182,12 +193,24 @@ class TornDown:
     released: int
 
 
-StageRecord = Union[Reserved, Fleet, FabricVerdict, StagedWeights, Deployed, GateResult, TornDown]
+@dataclass(frozen=True)
+class Handover:
+    """In the ledger of a run whose fleet a ``fleet`` update replaces (``tasks.planning.fleet_swap``):
+    the second fleet's run, its candidate colour, and how far the swap got."""
+    successor: str                       # the second fleet's run id
+    colour: str                          # the candidate colour, on the second fleet
+    previous_colour: str                 # the live colour, on this run's fleet
+    phase: str                           # building | switched | released | abandoned
+    note: str = ""                       # why it was abandoned; what the release freed
 
-# Pipeline order first; teardown is no pipeline stage, it ends a run.
+
+StageRecord = Union[Reserved, Fleet, FabricVerdict, StagedWeights, Deployed, GateResult, TornDown, Handover]
+
+# Pipeline order first; handover (a fleet update replacing the run's fleet) and teardown are no
+# pipeline stages: each ends what the run holds.
 STAGE_TYPES: dict[str, type] = {"reserve": Reserved, "launch": Fleet, "fabric": FabricVerdict,
                                 "weights": StagedWeights, "deploy": Deployed, "benchmark": GateResult,
-                                "teardown": TornDown}
+                                "handover": Handover, "teardown": TornDown}
 PIPELINE: tuple[str, ...] = ("reserve", "launch", "fabric", "weights", "deploy", "benchmark")
 
 

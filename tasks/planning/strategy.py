@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blueprints.schema import PromotionSpec, Strategy
+from blueprints.schema import CapacitySpec, PromotionSpec, Strategy
 from tasks.errors import ConfigError
 
 STRATEGIES: tuple[Strategy, ...] = ("auto", "blue-green", "rolling", "recreate", "fleet")
 # What this version of pdlift can run; auto passes over the others, naming them.
-AVAILABLE: tuple[Strategy, ...] = ("blue-green", "recreate")
+AVAILABLE: tuple[Strategy, ...] = ("blue-green", "rolling", "recreate", "fleet")
 
 
 class StrategyRefused(ConfigError):
@@ -35,19 +35,32 @@ class StrategyChoice:
     reason: str
 
 
+def second_fleet_obstacle(capacity: CapacitySpec) -> str:
+    """Why ``fleet`` cannot buy a second fleet with this capacity setting ('' when it can)."""
+    if capacity.mode == "existing":
+        return ("aws.capacity.mode is existing: the second fleet needs capacity of its own (mode odcr, "
+                "which the swap cancels once the first fleet is released)")
+    if capacity.mode == "capacity-block":
+        return ("aws.capacity.mode is capacity-block: a Capacity Block is sold for whole days and cannot be "
+                "cancelled, so the second fleet would bill for its whole block; use mode odcr for updates by fleet")
+    return ""
+
+
 def choose(requested: Strategy, promotion: PromotionSpec, *, live: str | None, room_shortfalls: list[str],
-           kv_changes: list[str], available: tuple[Strategy, ...] = AVAILABLE) -> StrategyChoice:
+           kv_changes: list[str], available: tuple[Strategy, ...] = AVAILABLE,
+           fleet_obstacle: str = "") -> StrategyChoice:
     """``requested`` (``auto`` defers to ``promotion.strategy``); ``room_shortfalls``: why the
     candidate does not fit beside the live colour (``room.shortfalls``, empty: it fits);
     ``kv_changes``: ``kv_fingerprint.differences`` between the live and the candidate stacks;
-    ``available``: the strategies that can run (auto passes over the others)."""
+    ``available``: the strategies that can run (auto passes over the others);
+    ``fleet_obstacle``: why a second fleet cannot be bought (``second_fleet_obstacle``)."""
     if requested not in STRATEGIES:
         raise ConfigError(f"unknown strategy {requested!r}; choose one of {', '.join(STRATEGIES)}")
     wanted = promotion.strategy if requested == "auto" else requested
     if live is None:
         return StrategyChoice("blue-green", "nothing is live yet: the first colour comes up on the empty fleet")
     if wanted == "auto":
-        return _auto(promotion, live, room_shortfalls, kv_changes, available)
+        return _auto(promotion, live, room_shortfalls, kv_changes, available, fleet_obstacle)
     if wanted not in available:
         raise StrategyRefused(f"{wanted}: not available in this version of pdlift; nothing was touched. "
                               f"Available: {', '.join(available)}")
@@ -59,11 +72,13 @@ def choose(requested: Strategy, promotion: PromotionSpec, *, live: str | None, r
         raise StrategyRefused("rolling: the change is not KV-compatible, so old and new engines of the two "
                               "roles could not exchange KV: " + "; ".join(kv_changes)
                               + ". Use --strategy recreate or fleet")
+    if wanted == "fleet" and fleet_obstacle:
+        raise StrategyRefused(f"fleet: {fleet_obstacle}; nothing was touched")
     return StrategyChoice(wanted, "asked for" if requested != "auto" else "promotion.strategy in the blueprint")
 
 
 def _auto(promotion: PromotionSpec, live: str, room_shortfalls: list[str], kv_changes: list[str],
-          available: tuple[Strategy, ...]) -> StrategyChoice:
+          available: tuple[Strategy, ...], fleet_obstacle: str) -> StrategyChoice:
     if not room_shortfalls:
         return StrategyChoice("blue-green", f"the fleet has room for the candidate beside the live {live}")
     full = f"no room beside the live {live} ({'; '.join(room_shortfalls)})"
@@ -78,8 +93,9 @@ def _auto(promotion: PromotionSpec, live: str, room_shortfalls: list[str], kv_ch
         return StrategyChoice("recreate", f"{full}; not rolling: {why_not_rolling}; promotion.allow_downtime is true")
     reason = (f"{full}; not rolling: {why_not_rolling}; no downtime allowed (promotion.allow_downtime is false): "
               "a second fleet")
-    if "fleet" not in available:
-        raise StrategyRefused(f"auto: {reason}, which this version of pdlift cannot run; nothing was touched. Set "
-                              "promotion.allow_downtime: true for recreate (downtime in a maintenance window), or "
-                              "add nodes for a second colour (blue-green)")
+    if "fleet" not in available or fleet_obstacle:
+        why = fleet_obstacle or "which this version of pdlift cannot run"
+        raise StrategyRefused(f"auto: {reason}, but {why}; nothing was touched. Set promotion.allow_downtime: "
+                              "true for recreate (downtime in a maintenance window), or add nodes for a second "
+                              "colour (blue-green)")
     return StrategyChoice("fleet", reason)

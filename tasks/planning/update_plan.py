@@ -13,6 +13,12 @@ up on the same nodes, passed its canary and its benchmark, and production answer
 
 ``blue-green`` has no downtime but needs a second colour's nodes. A restore after a FAIL adds
 another cold start and canary; the worst case counts it.
+
+``fleet``: no downtime, but two fleets bill at once from the second fleet's reservation until the
+first is released: the second fleet's reserve, launch, fabric, weights and deploy stages; the live
+colour's benchmark (the same-window baseline) and the candidate's; the switch; the keep window
+(``promotion.keep_previous_colour_s``); the old colour's drain; the first fleet's release
+(instances terminated, assumed 5 min). Those extra fleet-hours, at the fleet's price, are the cost.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from dataclasses import dataclass
 from blueprints.schema import Blueprint
 from tasks.planning import room
 from tasks.planning.manifests.common import SHUTDOWN_TIMEOUT_S
-from tasks.planning.strategy import StrategyChoice, choose
+from tasks.planning.strategy import StrategyChoice, choose, second_fleet_obstacle
 from tasks.planning.timeline import Timeline, duration
 
 SWITCH_EXPECTED_S, SWITCH_WORST_S = 10.0, 120.0
+RELEASE_S = 300.0  # terminating the first fleet's instances; assumed (EC2 gives no figure)
+SECOND_FLEET_STAGES = ("reserve", "launch", "fabric", "weights", "deploy")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,39 @@ def recreate_downtime(bp: Blueprint, timeline: Timeline, measured_bring_up_s: fl
                     "restore (a second cold start) and an INCONCLUSIVE's approval wait")
 
 
+@dataclass(frozen=True)
+class ExtraFleet:
+    """Two fleets billing at once during a ``fleet`` update."""
+    expected_h: float
+    worst_h: float
+    expected_usd: float | None
+    worst_usd: float | None
+    phases_s: dict[str, float]  # expected seconds per phase
+
+
+def fleet_overlap(bp: Blueprint, timeline: Timeline) -> ExtraFleet:
+    stages = {s.stage: s for s in timeline.stages}
+    bench = stages["benchmark"]
+    phases = {name: round(stages[name].expected_s, 1) for name in SECOND_FLEET_STAGES}
+    phases |= {"baseline": round(bench.expected_s, 1), "benchmark": round(bench.expected_s, 1),
+               "switch": SWITCH_EXPECTED_S, "keep": float(bp.promotion.keep_previous_colour_s),
+               "drain": round(drain_s(bp), 1), "release": RELEASE_S}
+    worst = (sum(stages[name].worst_s for name in SECOND_FLEET_STAGES) + 2 * bench.worst_s + SWITCH_WORST_S
+             + bp.promotion.keep_previous_colour_s + SHUTDOWN_TIMEOUT_S + RELEASE_S)
+    expected_h, worst_h = sum(phases.values()) / 3600, worst / 3600
+    price = timeline.usd_per_hour
+    return ExtraFleet(round(expected_h, 2), round(worst_h, 2),
+                      None if price is None else round(expected_h * price, 2),
+                      None if price is None else round(worst_h * price, 2), phases)
+
+
+def describe_fleet(x: ExtraFleet) -> str:
+    cost = "" if x.expected_usd is None else f", about ${x.expected_usd:,.0f} (at most ${x.worst_usd:,.0f})"
+    parts = ", ".join(f"{k} {duration(v)}" for k, v in x.phases_s.items())
+    return (f"fleet: no downtime; a second fleet bills beside the first for about {x.expected_h:g} h "
+            f"(at most {x.worst_h:g} h){cost}: {parts}")
+
+
 def describe(d: Downtime) -> str:
     parts = ", ".join(f"{k} {duration(v)}" for k, v in d.phases_s.items())
     return f"recreate downtime: about {duration(d.expected_s)} ({parts}); at most {duration(d.worst_s)}"
@@ -84,4 +125,4 @@ def own_fleet_shortfalls(bp: Blueprint, objects: list[dict], gpus_per_node: int)
 def auto_on_own_fleet(bp: Blueprint, objects: list[dict], gpus_per_node: int) -> StrategyChoice:
     """What ``auto`` picks for a redeploy that keeps the KV fingerprint, on the blueprint's fleet."""
     return choose("auto", bp.promotion, live="blue", room_shortfalls=own_fleet_shortfalls(bp, objects, gpus_per_node),
-                  kv_changes=[])
+                  kv_changes=[], fleet_obstacle=second_fleet_obstacle(bp.aws.capacity))

@@ -29,8 +29,8 @@ from pathlib import Path
 from blueprints.schema import Blueprint
 from tasks.adapters.ledger_store import write_atomic
 from tasks.adapters.loadgen import LoadResult, LoadSpec
-from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, dumps_results, loads_baseline,
-                                          loads_results)
+from tasks.planning.bench_baseline import (Baseline, baseline_from_spec, baseline_from_summaries, dumps_baseline,
+                                          dumps_results, loads_baseline, loads_results)
 from tasks.planning.bench_report import render_markdown
 from tasks.errors import ConfigError
 from tasks.planning.gate import GateReport, PointStop, evaluate_gate, expected_points
@@ -83,6 +83,23 @@ def baseline_key(deployment: str) -> str:
     """The current baseline in the state store; promoted versions are kept beside it, in a folder
     of the same name."""
     return f"baselines/{deployment}.json"
+
+
+def same_window_key(deployment: str, run_id: str) -> str:
+    """A ``fleet`` update's baseline in the state store: the live colour measured in the same
+    window as the candidate on the second fleet (run ``run_id``), ``baseline.json`` inside."""
+    return f"runs/{deployment}/{run_id}/bench-baseline"
+
+
+def write_same_window_baseline(directory: Path, bp: Blueprint, summaries: list[ScenarioSummary], run_id: str,
+                               colour: str, created_at: str) -> Path:
+    """The live colour's measurement as the baseline a ``fleet`` candidate is judged against."""
+    baseline = baseline_from_summaries(summaries, source=f"pdlift run {run_id} ({colour}), live, measured in the "
+                                                         "same window as the candidate",
+                                       run_id=run_id, created_at=created_at, blueprint=bp.name)
+    path = Path(directory) / "baseline.json"
+    write_atomic(path, dumps_baseline(baseline))
+    return path
 
 
 def bench_dir(state_dir: Path, deployment: str, run_id: str) -> Path:
@@ -194,8 +211,11 @@ def read_stops(path: str | Path) -> tuple[PointStop, ...]:
         raise ConfigError(f"{path}: its stops are malformed ({e}); run the benchmark again") from e
 
 
-def current_baseline(state_dir: Path, bp: Blueprint) -> Baseline:
-    """The last promoted run's measurements, else the blueprint's published figures."""
+def current_baseline(state_dir: Path, bp: Blueprint, same_window: str = "") -> Baseline:
+    """The last promoted run's measurements, else the blueprint's published figures; or, with
+    ``same_window`` (a ``same_window_key``), the live colour measured beside the candidate."""
+    if same_window:
+        return loads_baseline((Path(state_dir) / same_window / "baseline.json").read_text())
     path = baseline_path(state_dir, bp.name)
     if path.exists():
         return loads_baseline(path.read_text())

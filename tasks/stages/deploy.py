@@ -42,6 +42,9 @@ class DeployOptions:
     canary_max_tokens: int = 16
     ttft_bound_s: float | None = None  # default: the gate's TTFT SLO, else 30 s
     canary_timeout_s: float = 600.0
+    # The engine pods on this run's fleet only (``common.pin_to_fleet``): a ``fleet`` update's
+    # candidate, while the first fleet still holds nodes of the same deployment and roles.
+    fleet_run: str = ""
 
 
 def weights_host_path(bp: Blueprint) -> str:
@@ -69,8 +72,10 @@ def candidate_colour(bp: Blueprint, kube: KubeObjects, requested: str | None = N
     return common.other_colour(live), live
 
 
-def render(bp: Blueprint, colour: str) -> list[dict]:
-    return render_checked(bp, colour, weights_host_path(bp))
+def render(bp: Blueprint, colour: str, fleet_run: str = "") -> list[dict]:
+    """The checked objects of ``colour`` (its engines pinned to ``fleet_run``'s nodes, when given)."""
+    objects = render_checked(bp, colour, weights_host_path(bp))
+    return common.pin_to_fleet(objects, fleet_run) if fleet_run else objects
 
 
 def snapshot_key(deployment: str, run_id: str) -> str:
@@ -78,9 +83,9 @@ def snapshot_key(deployment: str, run_id: str) -> str:
     return f"runs/{deployment}/{run_id}/deploy"
 
 
-def render_to_dir(bp: Blueprint, colour: str, directory: str | Path) -> Path:
+def render_to_dir(bp: Blueprint, colour: str, directory: str | Path, fleet_run: str = "") -> Path:
     """The checked manifests of ``colour`` as one YAML stream in apply order; no API call."""
-    text = to_yaml(render(bp, colour))  # a ConfigError leaves nothing behind
+    text = to_yaml(render(bp, colour, fleet_run))  # a ConfigError leaves nothing behind
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{bp.name}-{colour}.yaml"
@@ -117,10 +122,10 @@ def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None =
     A failed candidate is left in place for inspection; ``rollback`` removes it."""
     render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
     candidate, live = candidate_colour(bp, kube, colour)
-    objects = render(bp, candidate)
+    objects = render(bp, candidate, options.fleet_run)
     check_not_kept(bp, kube, candidate)
     if live:
-        check_room(bp, kube, candidate, live, objects)
+        check_room(bp, kube, candidate, live, objects, options.fleet_run)
     # A namespace still being deleted (a rollback or a retire just before) refuses new objects.
     wait_namespace_gone(kube, colour_namespace(bp, candidate), options.limits.scheduled_s, clock, terminating_only=True)
     progress(f"deploying {bp.name} colour {candidate} (live: {live or 'none'})")
@@ -165,9 +170,12 @@ def wait_namespace_gone(kube: KubeObjects, ns: str, wait_s: float, clock: Clock,
                           f"(kubectl get namespace {ns} -o yaml)") from None
 
 
-def check_room(bp: Blueprint, kube: KubeObjects, candidate: str, live: str, objects: list[dict]) -> None:
-    """Refuse, before applying anything, a candidate the fleet cannot hold beside the live colour."""
-    nodes, pods = kube.fleet_gpus({common.DEPLOYMENT_LABEL: bp.name})
+def check_room(bp: Blueprint, kube: KubeObjects, candidate: str, live: str, objects: list[dict],
+               fleet_run: str = "") -> None:
+    """Refuse, before applying anything, a candidate the fleet (``fleet_run``'s, when pinned to
+    it) cannot hold beside the live colour."""
+    nodes, pods = kube.fleet_gpus({common.DEPLOYMENT_LABEL: bp.name, **({common.RUN_LABEL: fleet_run}
+                                                                         if fleet_run else {})})
     short = room.shortfalls(room.needs(objects), nodes, pods, colour_namespace(bp, candidate))
     if short:
         raise StackFailure(

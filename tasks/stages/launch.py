@@ -25,12 +25,12 @@ from tasks.planning import ec2_requests, identity, topology
 from tasks.planning.aws_errors import NOT_STARTED, TOKEN_SPENT
 from tasks.planning.identity import Generation, RunIdentity
 from tasks.planning.ledger import LedgerEntry, generation_entry, parse_time
+from tasks.planning.manifests.common import DEPLOYMENT_LABEL as LABEL_DEPLOYMENT, RUN_LABEL as LABEL_RUN
 from tasks.planning.records import Fleet, Reserved
 from tasks.stages.clock import Clock, poll_until
 from tasks.stages.nodes import NodeLifecycle
 from tasks.stages.ports import Capacity, Ended, Instances, KubeNodes, Record
 
-LABEL_DEPLOYMENT, LABEL_RUN = "pdlift.io/deployment", "pdlift.io/run"
 STAGE = "launch"
 SCOPE = "launch"  # the token generation of this run's RunInstances requests
 # How far ahead a Capacity Block's start may be for the launch to wait for it here (a resumed

@@ -9,8 +9,10 @@ never left pointing at routers that do not answer.
 
 Retire (after a promotion completes): the previous colour stays up for
 ``promotion.keep_previous_colour_s`` (an instant switch-back while the new colour proves itself;
-0 retires it at once), then it is deleted like a rollback, so its GPUs are free for the next
-candidate. A previous colour that production routes to again by then is kept.
+0 retires it at once), then, once its engines report nothing running or waiting (requests that
+reached it before the switch finish; at most the engines' --shutdown-timeout), it is deleted like
+a rollback, so its GPUs are free for the next candidate. A previous colour that production routes
+to again by then is kept.
 
 Roll back (after a FAIL, a rejection or an approval timeout): delete the candidate's engine
 namespace ``<bp.name>-<colour>`` and its router (Deployment and Service ``router-<colour>`` in
@@ -36,6 +38,7 @@ from tasks.planning.records import Promotion, Retired, RolledBack
 from tasks.stages import deploy as deploy_stage
 from tasks.stages.benchmark import baseline_path
 from tasks.stages.clock import Clock, poll_until
+from tasks.stages.drain import wait_in_flight
 from tasks.stages.ports import Engines, Routing
 
 PROBE_PROMPT = "pdlift promotion check: say something"
@@ -92,7 +95,7 @@ def rollback(bp: Blueprint, colour: str, routing: Routing) -> RolledBack:
 
 
 def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing: Routing,
-                    clock: Clock = Clock()) -> Retired | None:
+                    clock: Clock = Clock(), http: Engines | None = None) -> Retired | None:
     """Delete the colour a promotion replaced, after the blueprint's keep window. None when there
     was no other colour to retire.
 
@@ -114,6 +117,8 @@ def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing:
         return Retired(previous, keep, (), f"production routes to {previous} again; it is kept")
     if KEPT_ANNOTATION not in routing.annotations("v1", "Namespace", ns):
         return Retired(previous, keep, (), f"{ns} was deleted or deployed again meanwhile; left alone")
+    if http is not None:
+        wait_in_flight(bp, routing.kube, http, previous, clock)
     return Retired(previous, keep, rollback(bp, previous, routing).deleted)
 
 

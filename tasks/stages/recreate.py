@@ -26,7 +26,7 @@ import yaml
 
 from blueprints.loader import parse_blueprint
 from blueprints.schema import Blueprint
-from tasks.errors import NotReadyYet, PdliftError, RemoteUnavailable, StackNotReady, StageFailed
+from tasks.errors import NotReadyYet, PdliftError, StackNotReady, StageFailed
 from tasks.planning.manifests import common, maintenance, prepull as prepull_pods
 from tasks.planning.manifests.common import COLOUR_LABEL, REVISION_LABEL, colour_namespace, stable_namespace
 from tasks.planning.manifests.pods import LWS_API
@@ -37,10 +37,6 @@ from tasks.stages.clock import Clock, poll_until
 from tasks.stages.deploy_wait import wait_for_stack
 from tasks.stages.ports import Engines, FabricCounters, KubeObjects, Routing
 
-# In flight: running, and waiting (a disaggregated request waiting for its KV transfer counts as
-# waiting, not running: vLLM num_requests_waiting, SGLang num_queue_reqs).
-IN_FLIGHT_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs",
-                    "sglang:num_queue_reqs")
 MAINTENANCE_READY_S = 120.0
 PREPULL_BOUND_S = 1800.0  # an engine image is tens of GB; a node's registry pull can take many minutes
 
@@ -61,9 +57,11 @@ def _revision_of(objects: list[dict]) -> str:
     return next((o["metadata"]["labels"].get(REVISION_LABEL, "") for o in objects if o["kind"] == "LeaderWorkerSet"), "")
 
 
-def read_snapshot(bp: Blueprint, kube: KubeObjects, colour: str, directory: Path, running: bool = True) -> Snapshot:
+def read_snapshot(bp: Blueprint, kube: KubeObjects, colour: str, directory: Path, running: bool = True,
+                  resuming: str = "") -> Snapshot:
     """The stored manifests of the live ``colour``, refused unless they are what runs (``running``;
-    False after a recreate was cut off, when the colour's engines may be gone already)."""
+    False after a recreate was cut off, when the colour's engines may be gone already). A role
+    may run ``resuming`` instead: the revision a cut-off rolling update had got it to."""
     manifests = Path(directory) / f"{bp.name}-{colour}.yaml"
     blueprint = Path(directory) / deploy_stage.snapshot_blueprint_name(bp.name, colour)
     if not manifests.exists() or not blueprint.exists():
@@ -79,9 +77,9 @@ def read_snapshot(bp: Blueprint, kube: KubeObjects, colour: str, directory: Path
     revisions = {((kube.get(LWS_API, "LeaderWorkerSet", role, ns) or {}).get("metadata") or {}).get(
         "labels", {}).get(REVISION_LABEL, "") for role in (common.PREFILL, common.DECODE)}
     live = ", ".join(sorted(r or "unlabelled" for r in revisions))
-    if running and revisions != {stored}:
+    if running and not revisions <= {stored, resuming or stored}:
         raise StageFailed(f"{bp.name}: the snapshot of {colour} is revision {stored} but the live engines run "
-                          f"{live}; refusing to recreate over a stack pdlift could "
+                          f"{live}; refusing to update over a stack pdlift could "
                           "not restore. Nothing was touched")
     return Snapshot(colour, blueprint.read_text(), objects, stored)
 
@@ -203,36 +201,6 @@ def open_maintenance(bp: Blueprint, routing: Routing, live: str, retry_after_s: 
 
 def close_maintenance(bp: Blueprint, kube: KubeObjects) -> None:
     kube.delete("apps/v1", "Deployment", maintenance.MAINTENANCE, stable_namespace(bp))
-
-
-def wait_in_flight(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str, clock: Clock,
-                   bound_s: float = common.SHUTDOWN_TIMEOUT_S) -> tuple[float, int]:
-    """Wait until the colour's engine leaders report no running request, at most ``bound_s`` (the
-    engines' own --shutdown-timeout would cut them off then anyway). (seconds waited, requests
-    still running when the wait ended)."""
-    ns = colour_namespace(bp, colour)
-    ports = {common.PREFILL: bp.engine.prefill_port, common.DECODE: bp.engine.decode_port}
-    leaders = [p for p in kube.pods(ns, {COLOUR_LABEL: colour})
-               if p.labels.get(common.LWS_WORKER_INDEX_LABEL) == "0" and p.pod_ip and p.ready]
-    started, left = clock.monotonic(), [0]
-
-    def idle():
-        running = 0
-        for p in leaders:
-            port = p.ports.get("http", ports.get(p.labels.get(common.ROLE_LABEL, ""), 0))
-            try:
-                samples = http.metrics(f"http://{p.pod_ip}:{port}/metrics")
-            except (StackNotReady, RemoteUnavailable, OSError):
-                continue  # an engine that does not answer cannot be waited for: its own drain applies
-            running += int(sum(s.value for s in samples if s.name in IN_FLIGHT_GAUGES))
-        left[0] = running
-        return running == 0 or None
-
-    try:
-        poll_until(idle, bound_s=bound_s, clock=clock, interval_s=0.5)
-    except NotReadyYet:
-        pass
-    return round(clock.monotonic() - started, 3), left[0]
 
 
 def remove(bp: Blueprint, kube: KubeObjects, colour: str, wait_s: float, clock: Clock) -> RolledBack:

@@ -6,7 +6,10 @@ scheduled ``redeploy`` deployment, triggered over REST on that promoted 4-node f
 the stack on the same nodes (there is no room for a second colour) with production probed from
 outside the whole time. Last, a redeploy whose worker is killed (kill -9, flow runs included)
 right after it deleted the live engines is finished by the next run: the previous version
-restored first, then the update done, production answering from an engine when it ends."""
+restored first, then the update done, production answering from an engine when it ends. Then
+the ``fleet`` strategy: with no capacity for a second fleet in any AZ it stops cleanly (the live
+colour untouched, nothing of the attempt billing); with capacity, production moves to a second
+fleet under a steady load without a failed request, and the first fleet is released."""
 
 from __future__ import annotations
 
@@ -245,3 +248,130 @@ def test_a_redeploy_killed_after_deleting_the_live_engines_is_restored_and_finis
     # endpoint (0) or a refused connection (-1).
     assert probe.statuses_while_down() == {200, 503} and probe.rows[-1][1] == 200
     print(f"\nkilled redeploy: {json.dumps({'first_503_to_last_200_s': round(probe.downtime_s(), 1)})}")
+
+
+def _tagged(aws_env, run_id: str) -> dict[str, list[str]]:
+    """What still bills (or would) under ``run_id``'s tags: live instances, active reservations,
+    placement groups, launch templates."""
+    ec2, filters = aws_env.client("ec2"), identity.run_filters("sandbox-2p2d", run_id)
+    instances = [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"]
+                 for i in r["Instances"] if i["State"]["Name"] != "terminated"]
+    return {k: v for k, v in {
+        "instances": instances,
+        "reservations": _reservations(aws_env, run_id),
+        "placement_groups": [g["GroupName"] for g in ec2.describe_placement_groups(Filters=filters)["PlacementGroups"]],
+        "launch_templates": [t["LaunchTemplateId"] for t in
+                             ec2.describe_launch_templates(Filters=filters)["LaunchTemplates"]],
+    }.items() if v}
+
+
+def _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, worker: str):
+    """(run id, routing, live colour) of the takeover's promoted fleet, with a worker of its own
+    online to run the update."""
+    from kubernetes import config as kube_config
+
+    from tasks.adapters.service_routing import ServiceRouting
+
+    if not PROMOTED:
+        pytest.skip("needs the fleet the takeover test promoted")
+    routing = ServiceRouting(kube_config.new_client_from_config(sandbox_env["KUBECONFIG"]))
+    base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"]}
+    (tmp_path / worker).mkdir()
+    pg_workers.wait_online(pg_workers.start_worker(worker, base_env=base,
+                                                   extra_env={"TMPDIR": str(tmp_path / worker)}))
+    return PROMOTED["run_id"], routing, routing.selector("sandbox-2p2d", "sandbox-2p2d")["pdlift.io/colour"]
+
+
+def test_a_fleet_redeploy_without_capacity_for_a_second_fleet_stops_cleanly_with_the_live_colour_untouched(
+        prefect_pg_server, pg_workers, sandbox_env, aws_sandbox, s3_sandbox, tmp_path):
+    from tests.flows.test_recreate import ProductionProbe
+
+    server, ns = prefect_pg_server, "sandbox-2p2d"
+    run_id, routing, live = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, "worker-f")
+    # EC2 has no p5en capacity for a reservation in any AZ (the blueprint's two).
+    aws_sandbox.admin.inject(action="CreateCapacityReservation", code="InsufficientInstanceCapacity", times=-1)
+    try:
+        with ProductionProbe(routing, ns, ns) as probe:
+            _, run = pg_workers.create_run("redeploy", "redeploy", {
+                "blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id, "strategy": "fleet"})
+            finished = server.wait_terminal(run["id"], timeout_s=600)
+    finally:
+        aws_sandbox.admin.clear_faults()
+    logs = _logs(server, run["id"])
+    assert finished["state_type"] == "FAILED", logs[-4000:]
+    assert "the fleet update stopped before its switch" in finished["state"]["message"], finished["state"]["message"]
+    assert f"{live} is untouched" in finished["state"]["message"]
+    second = f"{run_id}-f1"
+    assert f"releasing the second fleet, run {second}" in logs
+    assert _tagged(aws_sandbox, second) == {}  # nothing of the attempt bills
+    assert routing.selector(ns, ns)["pdlift.io/colour"] == live
+    assert probe.rows and {status for _, status in probe.rows} == {200}  # production answered throughout
+    ledger = LedgerStore(S3Store(PROMOTED["state_uri"], s3_sandbox.client(), cache_root=tmp_path / "r")).load(ns, run_id)
+    assert ledger.handover().phase == "abandoned" and ledger.handover().successor == second
+
+
+def test_a_fleet_redeploy_moves_production_to_a_second_fleet_under_steady_load_and_releases_the_first(
+        prefect_pg_server, pg_workers, sandbox_env, aws_sandbox, s3_sandbox, tmp_path):
+    from tasks.planning import fleet_swap
+    from tasks.planning.ledger import parse_time
+    from tests.fixtures.steady_load import SteadyLoad
+    from tests.flows.test_recreate import ProductionProbe
+
+    server, ns = prefect_pg_server, "sandbox-2p2d"
+    run_id, routing, live = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, "worker-g")
+    candidate = "green" if live == "blue" else "blue"
+    first_fleet = _tagged(aws_sandbox, run_id)
+    assert len(first_fleet["instances"]) == 4 and len(first_fleet["reservations"]) == 1
+    with ProductionProbe(routing, ns, ns) as probe, \
+            SteadyLoad(routing, ns, ns, "pdlift/tiny-moe-mla", workers=2) as load:
+        _, run = pg_workers.create_run("redeploy", "redeploy", {
+            "blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id, "strategy": "fleet"})
+        finished = server.wait_terminal(run["id"], timeout_s=1200)
+        time.sleep(2.0)
+    logs = _logs(server, run["id"])
+    assert finished["state_type"] == "COMPLETED", finished["state"]["message"] + logs[-4000:]
+    second = f"{run_id}-f2"  # -f1 was the attempt without capacity
+    assert f"a second fleet, run {second}" in logs
+    # Production moved to the candidate on the second fleet without a failed request.
+    assert routing.selector(ns, ns)["pdlift.io/colour"] == candidate
+    assert load.ok > 20 and load.failures == [], load.failures[:5]
+    assert {status for _, status in probe.rows} == {200}
+    nodes = {p.node for p in routing.kube.pods(f"{ns}-{candidate}", {"pdlift.io/colour": candidate})}
+    second_nodes = {n["metadata"]["name"] for n in _kube_nodes(sandbox_env, f"pdlift.io/run={second}")}
+    assert len(nodes) == 4 and nodes <= second_nodes, (nodes, second_nodes)
+    # The first fleet and its colour are gone; the second bills alone.
+    assert _tagged(aws_sandbox, run_id) == {}
+    assert routing.presence("v1", "Namespace", f"{ns}-{live}") != "present"
+    now_billing = _tagged(aws_sandbox, second)
+    assert len(now_billing["instances"]) == 4 and len(now_billing["reservations"]) == 1
+    # The ledgers: the first run handed over and ended; the extra fleet-hours are the time both
+    # reservations billed at the first one's price.
+    store = LedgerStore(S3Store(PROMOTED["state_uri"], s3_sandbox.client(), cache_root=tmp_path / "reader"))
+    first, new = store.load(ns, run_id), store.load(ns, second)
+    assert first.handover().phase == "released" and first.handover().successor == second
+    assert not [e for e in first.live() if e.usd_per_hour or e.kind in ("instance", "capacity-reservation")]
+    old_cr = next(e for e in first.entries if e.kind == "capacity-reservation" and e.ended_at)
+    new_cr = next(e for e in new.entries if e.kind == "capacity-reservation")
+    both_s = (parse_time(old_cr.ended_at) - parse_time(new_cr.started_at)).total_seconds()
+    result = re.search(r"both billed for ([\d.]+) h \(\$([\d,.]+) extra\)", logs)
+    assert result, logs[-3000:]
+    hours, usd = float(result.group(1)), float(result.group(2).replace(",", ""))
+    assert hours == pytest.approx(both_s / 3600, abs=2 / 3600 + 0.005)
+    assert usd == pytest.approx(both_s / 3600 * old_cr.usd_per_hour, abs=0.5)
+    phases = re.search(r"released; both billed for .*?: (.*)", logs).group(1)
+    print(f"\nfleet redeploy: {json.dumps({'requests_ok': load.ok, 'failed': len(load.failures), 'both_billed_s': both_s})}"
+          f"; pdlift's phases: {phases}")
+    # An update of the old run id now goes to the run that holds the fleet.
+
+    def handover_of(rid: str):
+        ledger = store.load(ns, rid)
+        return ledger.handover() if ledger else None
+
+    assert fleet_swap.current_run_id(run_id, handover_of) == second
+
+
+def _kube_nodes(sandbox_env, selector: str) -> list[dict]:
+    from kubernetes import client, config as kube_config
+
+    api = client.CoreV1Api(kube_config.new_client_from_config(sandbox_env["KUBECONFIG"]))
+    return [n.to_dict() for n in api.list_node(label_selector=selector).items]

@@ -25,6 +25,7 @@ from tasks.errors import BenchmarkBelowGate
 from tasks.planning.manifests import maintenance
 from tasks.planning.manifests.common import COLOUR_LABEL, colour_namespace, stable_namespace
 from tests.fixtures.kube import wait_for
+from tests.fixtures.steady_load import stream_in_background
 from tests.sandbox.bench.fixtures import ColourStacks
 from tests.timing import timing
 
@@ -39,6 +40,7 @@ class Fleet(ColourStacks):
     """The bench fixtures' two-colour helper on a fleet of four nodes (one colour fills it)."""
 
     run_id: str = ""
+    connector: str = "mooncake"
 
     @property
     def path(self) -> Path:
@@ -108,11 +110,18 @@ def _write_blueprint(fleet: Fleet) -> None:
     fleet.write_blueprint(benchmark=BENCHMARK, promotion={"strategy": "recreate"})
     doc = yaml.safe_load(fleet.path.read_text())
     doc["kv_transfer"]["protocol"] = "tcp"  # no SSH nodes here: the EFA counters are test_canary_*'s
+    doc["kv_transfer"]["connector"] = fleet.connector
     fleet.path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
-def fleet(kube_sandbox, kube_client, tmp_path_factory):
+def fleet_connector() -> str:
+    """The KV connector of the fleet's blueprint (a module that imports ``fleet`` may override it)."""
+    return "mooncake"
+
+
+@pytest.fixture(scope="module")
+def fleet(kube_sandbox, kube_client, tmp_path_factory, fleet_connector):
     """Four nodes, blue deployed by the deploy flow (its snapshot stored), production on blue and
     blue's measurement recorded as the same-fleet baseline, as blue's promotion leaves it."""
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
@@ -126,7 +135,8 @@ def fleet(kube_sandbox, kube_client, tmp_path_factory):
 
     name = "rc" + uuid.uuid4().hex[:8]
     directory = tmp_path_factory.mktemp(name)
-    fleet = Fleet(kube_sandbox, kube_client, directory, name, free_port(), run_id="rc-" + uuid.uuid4().hex[:6])
+    fleet = Fleet(kube_sandbox, kube_client, directory, name, free_port(), run_id="rc-" + uuid.uuid4().hex[:6],
+                  connector=fleet_connector)
     _write_blueprint(fleet)
     state = directory / "state"
     with pytest.MonkeyPatch.context() as env, \
@@ -177,22 +187,8 @@ def _maintenance_gone(fleet: Fleet) -> bool:
 
 def _in_flight(fleet: Fleet, max_tokens: int) -> tuple[threading.Thread, list]:
     """A long streaming completion through production, started now; its outcome lands in the list."""
-    from tasks.adapters.engine_http import EngineHttp
-
-    bp, outcome = fleet.blueprint, []
-    url = _ready_url(fleet, stable_namespace(bp), bp.name)
-
-    def send():
-        try:
-            with EngineHttp(timeout_s=60) as http:
-                outcome.append(http.stream_completion(url + "/v1/completions", bp.model.name, "in flight " * 50,
-                                                      max_tokens, 60.0))
-        except Exception as e:  # noqa: BLE001 - the assertion shows what cut it off
-            outcome.append(e)
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    return thread, outcome
+    bp = fleet.blueprint
+    return stream_in_background(_ready_url(fleet, stable_namespace(bp), bp.name), bp.model.name, max_tokens)
 
 
 @timing

@@ -101,8 +101,11 @@ def api_url(url: str | None):
 
 def _forbid_flows(monkeypatch) -> list[str]:
     ran: list[str] = []
-    for _, module, name in FLOW_COMMANDS.values():
-        mod = __import__(module, fromlist=[name])
+    # Every module imported before any is patched: a module first imported while another's flow is
+    # patched (flows.redeploy imports flows.update, which binds deploy_flow and benchmark_flow)
+    # would keep the stand-in for the rest of the session.
+    modules = [(__import__(module, fromlist=[name]), name) for _, module, name in FLOW_COMMANDS.values()]
+    for mod, name in modules:
         monkeypatch.setattr(mod, name, lambda *a, _name=name, **k: ran.append(_name))
     return ran
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from blueprints.schema import PromotionSpec
+from blueprints.schema import CapacitySpec, PromotionSpec
 from tasks.errors import ConfigError
-from tasks.planning.strategy import STRATEGIES, StrategyRefused, choose
+from tasks.planning.strategy import STRATEGIES, StrategyRefused, choose, second_fleet_obstacle
 
 FULL = ["decode: 2 pod(s) of 8 GPUs wanted, room for 0 on 2 decode node(s)"]
 BLOCK = ["decode block_size: 64 -> 128", "prefill block_size: 64 -> 128"]
@@ -74,12 +74,40 @@ def test_an_unknown_strategy_is_bad_input():
         pick("canary")
 
 
-def test_today_auto_passes_over_rolling_to_recreate_and_refuses_rather_than_pick_fleet():
+def test_the_default_available_set_runs_every_strategy_and_auto_passes_over_what_is_left_out():
     today = choose("auto", PromotionSpec(allow_role_downtime=True, allow_downtime=True), live="blue",
                    room_shortfalls=FULL, kv_changes=[])
-    assert today.strategy == "recreate" and "rolling is not available" in today.reason
-    with pytest.raises(StrategyRefused, match="allow_downtime: true for recreate"):
-        choose("auto", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[])
+    assert today.strategy == "rolling"
+    without = choose("auto", PromotionSpec(allow_role_downtime=True, allow_downtime=True), live="blue",
+                     room_shortfalls=FULL, kv_changes=[], available=("blue-green", "recreate"))
+    assert without.strategy == "recreate" and "rolling is not available" in without.reason
+    changed = choose("auto", PromotionSpec(allow_role_downtime=True, allow_downtime=True), live="blue",
+                     room_shortfalls=FULL, kv_changes=BLOCK)
+    assert changed.strategy == "recreate" and "decode block_size: 64 -> 128" in changed.reason
+    no_downtime = choose("auto", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[])
+    assert no_downtime.strategy == "fleet" and "a second fleet" in no_downtime.reason
     with pytest.raises(StrategyRefused, match="fleet: not available"):
-        choose("fleet", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[])
+        choose("fleet", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[],
+               available=("blue-green", "rolling", "recreate"))
+    with pytest.raises(StrategyRefused, match="allow_downtime: true for recreate"):
+        choose("auto", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[],
+               available=("blue-green", "rolling", "recreate"))
     assert choose("auto", PromotionSpec(), live="blue", room_shortfalls=[], kv_changes=[]).strategy == "blue-green"
+
+
+@pytest.mark.parametrize("mode, words", [("existing", "capacity of its own"),
+                                         ("capacity-block", "cannot be cancelled")])
+def test_fleet_is_refused_where_a_second_fleet_cannot_be_bought_and_released(mode, words):
+    capacity = CapacitySpec(mode=mode, max_hourly_usd=260,
+                            **({"reservation_id": "cr-0123456789abcdef0"} if mode == "existing" else {}))
+    obstacle = second_fleet_obstacle(capacity)
+    assert words in obstacle
+    with pytest.raises(StrategyRefused, match=words):
+        choose("fleet", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[], fleet_obstacle=obstacle)
+    # auto, where only a second fleet would do, names the obstacle and the ways out
+    with pytest.raises(StrategyRefused, match=f"{words}.*allow_downtime: true for recreate"):
+        choose("auto", PromotionSpec(), live="blue", room_shortfalls=FULL, kv_changes=[], fleet_obstacle=obstacle)
+    # ... and an obstacle to a second fleet does not stand in the way of the other strategies
+    assert choose("auto", PromotionSpec(allow_downtime=True), live="blue", room_shortfalls=FULL, kv_changes=[],
+                  fleet_obstacle=obstacle).strategy == "recreate"
+    assert second_fleet_obstacle(CapacitySpec(mode="odcr", max_hourly_usd=260)) == ""

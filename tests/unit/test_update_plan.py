@@ -58,9 +58,21 @@ def test_a_fleet_whose_pods_take_half_a_node_has_room_and_auto_takes_blue_green(
     assert update_plan.auto_on_own_fleet(REFERENCE, _objects(REFERENCE), 16).strategy == "blue-green"
 
 
-def test_without_downtime_allowed_auto_would_need_a_second_fleet_and_the_plan_warns():
+def test_without_downtime_allowed_auto_takes_a_second_fleet_and_the_plan_shows_its_extra_hours():
     bp = REFERENCE.model_copy(update={"promotion": REFERENCE.promotion.model_copy(update={"allow_downtime": False})})
-    with pytest.raises(StrategyRefused, match="a second fleet"):
+    assert update_plan.auto_on_own_fleet(bp, _objects(bp), 8).strategy == "fleet"
+    plan = make_plan(bp)
+    assert plan.updates["strategy"] == "fleet" and "a second fleet" in plan.updates["reason"]
+    assert plan.updates["fleet_overlap"]["expected_h"] > 0
+    assert not any("cannot update this fleet" in w for w in plan.warnings)
+
+
+def test_without_downtime_and_with_capacity_blocks_the_plan_warns_that_nothing_can_update_the_fleet():
+    bp = REFERENCE.model_copy(update={
+        "promotion": REFERENCE.promotion.model_copy(update={"allow_downtime": False}),
+        "aws": REFERENCE.aws.model_copy(update={"capacity": REFERENCE.aws.capacity.model_copy(
+            update={"mode": "capacity-block", "duration_hours": 24})})})
+    with pytest.raises(StrategyRefused, match="cannot be cancelled"):
         update_plan.auto_on_own_fleet(bp, _objects(bp), 8)
     assert any("promotion.strategy auto cannot update this fleet" in w for w in make_plan(bp).warnings)
 

@@ -9,6 +9,7 @@ own namespace, so the production Service and both colours' routers live in one s
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Literal
 
@@ -21,6 +22,7 @@ from tasks.planning.topology import LAYER_LABEL, ROLE_LABEL, bottom_layer
 Colour = Literal["blue", "green"]
 COLOURS = ("blue", "green")
 DEPLOYMENT_LABEL, COLOUR_LABEL = "pdlift.io/deployment", "pdlift.io/colour"
+RUN_LABEL = "pdlift.io/run"  # on every node pdlift launched: the run whose fleet it belongs to
 KEPT_ANNOTATION = "pdlift.io/kept-until"  # on a replaced colour's namespace until it is retired
 # One revision for both roles' engines (a hash of what they are told, colour left out), so a
 # rolling update can tell which pods run the candidate; the model revision, which the engines
@@ -180,6 +182,23 @@ def tolerations() -> list[dict]:
 
 def node_selector(bp: Blueprint, role: str) -> dict[str, str]:
     return {ROLE_LABEL: role, DEPLOYMENT_LABEL: bp.name, INSTANCE_TYPE_LABEL: bp.aws.instance_type}
+
+
+def pin_to_fleet(objects: list[dict], run_id: str) -> list[dict]:
+    """``objects`` with every engine pod template selecting the nodes of ``run_id``'s fleet only.
+    A ``fleet`` update brings its candidate up on a second fleet while the first still holds
+    nodes of the same deployment and roles; without the pin a pod could land on the first fleet
+    and die with it when that fleet is released. The pin is no engine input: the stack revision
+    is unchanged. Returns new objects; ``objects`` is not modified."""
+    out = json.loads(json.dumps(objects))
+    for obj in out:
+        if obj.get("kind") != "LeaderWorkerSet":
+            continue
+        lwt = obj["spec"]["leaderWorkerTemplate"]
+        for key in ("leaderTemplate", "workerTemplate"):
+            if key in lwt:
+                lwt[key]["spec"].setdefault("nodeSelector", {})[RUN_LABEL] = run_id
+    return out
 
 
 def _term(match: dict[str, str], key: str) -> dict:

@@ -132,16 +132,18 @@ class ColourStacks:
         self.kube.apply(render_production_service(self.blueprint, colour))
 
     def engine_rules(self, colour: str | None = None, latency: dict | None = None, faults: dict | None = None,
-                     role: str | None = None) -> None:
+                     role: str | None = None, args_contain: str | None = None) -> None:
         """This deployment's rules in engines.json: the base latency for both colours, plus
-        ``latency``/``faults`` for ``colour``'s engines (of ``role`` only, when given). Rules of
+        ``latency``/``faults`` for ``colour``'s engines (of ``role`` only, and only those whose
+        command line contains ``args_contain``, when given). Rules of
         other tests are kept; engines re-read the file on its next change."""
         doc = json.loads(self.rules_path.read_text()) if self.rules_path.exists() else {"rules": []}
         rules = [r for r in doc.get("rules", []) if r.get("owner") != self.name]
         namespaces = [colour_namespace(self.blueprint, c) for c in ("blue", "green")]
         rules.append({"owner": self.name, "match": {"namespace": namespaces}, "latency": BASE_LATENCY})
         if colour and (latency or faults):
-            match = {"namespace": colour_namespace(self.blueprint, colour), **({"role": role} if role else {})}
+            match = {"namespace": colour_namespace(self.blueprint, colour), **({"role": role} if role else {}),
+                     **({"args_contain": args_contain} if args_contain else {})}
             rules.append({"owner": self.name, "match": match, "latency": latency or {}, "faults": faults or {}})
         tmp = self.rules_path.with_suffix(".tmp")
         tmp.parent.mkdir(parents=True, exist_ok=True)

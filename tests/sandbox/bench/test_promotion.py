@@ -13,6 +13,7 @@ from tasks.stages import promote as stage
 from tasks.errors import StackFailure
 from tasks.stages.clock import Clock
 from tests.fixtures.kube import wait_for
+from tests.fixtures.steady_load import stream_in_background
 
 
 def _production(stacks):
@@ -118,3 +119,27 @@ def test_a_kept_colour_freed_and_deployed_again_meanwhile_is_left_alone(candidat
     retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing, Clock(sleep=someone_redeploys_blue))
     assert retired.deleted == () and "deployed again meanwhile" in retired.skipped
     assert _colour_objects(stacks, "blue") == blue_before
+
+
+@pytest.mark.parametrize("drained", [True, False], ids=["engines-asked", "engines-not-asked"])
+def test_the_retired_colour_finishes_the_requests_it_took_before_the_switch_before_it_is_deleted(
+        candidate_env, drained):
+    """A client that resolved production just before the switch is on the old colour: the retire
+    waits for its engines to report nothing running (the mutation, asking no engine, cuts it)."""
+    import time
+
+    stacks, bp = candidate_env, candidate_env.blueprint
+    blue = [e.url for e in stacks.routing.endpoints(bp.name, "router-blue") if e.ready][0]
+    request, outcome = stream_in_background(blue, bp.model.name, max_tokens=800)
+    time.sleep(0.5)
+    with EngineHttp() as http:
+        done = stage.promote(bp, "green", stacks.routing, http, timeout_s=30)
+        retired = stage.retire_previous(bp, done.previous, done.colour, stacks.routing,
+                                        http=http if drained else None)
+    request.join(timeout=60)
+    assert f"Namespace {bp.name}-blue" in retired.deleted
+    [result] = outcome
+    if drained:
+        assert not isinstance(result, Exception) and result.chunks >= 800, result
+    else:
+        assert isinstance(result, Exception) or result.chunks < 800, result

@@ -62,8 +62,9 @@ class Site:
                                                 port=self.nodes.ssh_port, connect_timeout_s=3))
         return NodeCounters(self._shell, self.targets)
 
-    def join_nodes(self, gpus: int = 8) -> None:
-        """Boot four sandbox nodes (real sshd, EFA counters) and join them as stage 2 leaves them."""
+    def join_nodes(self, gpus: int = 8, extra_labels: dict[str, str] | None = None) -> None:
+        """Boot four sandbox nodes (real sshd, EFA counters) and join them as stage 2 leaves them
+        (with ``extra_labels`` besides: a second fleet's ``pdlift.io/run``)."""
         bp = self.blueprint
         for i, role in enumerate(["prefill", "prefill", "decode", "decode"]):
             booted = self.nodes.boot("i-" + uuid.uuid4().hex[:17])
@@ -73,7 +74,7 @@ class Site:
                       "topology.kubernetes.io/zone": "us-east-2a",
                       "topology.k8s.aws/network-node-layer-1": "nn-l1",
                       "topology.k8s.aws/network-node-layer-2": "nn-l2",
-                      "topology.k8s.aws/network-node-layer-3": f"nn-l3-{role}"}
+                      "topology.k8s.aws/network-node-layer-3": f"nn-l3-{role}", **(extra_labels or {})}
             allocatable = {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "8Gi"}
             name = f"ip-{address.replace('.', '-')}.us-east-2.compute.internal"
             self.instance_ids.append(self.sandbox.join(name, labels, [], allocatable, address=address,
@@ -83,8 +84,8 @@ class Site:
             with open(self.known_hosts, "a") as fh:  # for the CLI's deploy, which has no launched fleet
                 fh.writelines(f"[{address}]:{booted.ssh_port} {line}\n" for line in booted.host_key_lines)
         core = client.CoreV1Api(self.api)
-        wait_for(lambda: len(core.list_node(label_selector=f"pdlift.io/deployment={bp.name}").items) == 4,
-                 what=f"the nodes of {bp.name} to join")
+        wait_for(lambda: len(core.list_node(label_selector=f"pdlift.io/deployment={bp.name}").items)
+                 == len(self.instance_ids), what=f"the nodes of {bp.name} to join")
 
     def cleanup(self) -> None:
         core = client.CoreV1Api(self.api)
