@@ -65,7 +65,7 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 @flow(name="benchmark-gate")
 def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
                    colour: Literal["blue", "green"] | None = None, target: str | None = None,
-                   in_place: bool = False, same_window: str = "") -> GateResult:
+                   in_place: bool = False, same_window: str = "", retire: bool = True) -> GateResult:
     """Args:
         blueprint_path: the blueprint (benchmark scenarios, baseline, gate, promotion).
         run_id: the run whose candidate to judge (default: derived from the blueprint).
@@ -76,6 +76,8 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
             without deleting it (the update reverts it).
         same_window: judge against the live colour measured in the same window (a ``fleet``
             update's baseline, in the state store at this key), not the last promotion's.
+        retire: after a promotion, retire the colour it replaced (keep window, drain, delete);
+            False leaves that to the caller (a ``fleet`` update records its switch first).
     """
     run = pipeline.start(blueprint_path, run_id)
     bp, deployed = run.blueprint, run.ledger.deployed()
@@ -93,7 +95,7 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
     get_run_logger().info(f"{bp.name} {colour}: {decision.text}")
     if decision.promote:
         promoted = promote.promote(run, colour, verdict.results_path)
-        retired = promote.retire_previous_colour(run, promoted)
+        retired = promote.retire_previous_colour(run, promoted) if retire else None
         return pipeline.done(run, GateResult("promoted", decision.text, verdict, promoted, retired))
     if in_place:
         raise BenchmarkBelowGate(not_promoted_in_place_message(bp.name, colour, decision, list(verdict.reasons),

@@ -42,6 +42,7 @@ import dataclasses
 import time
 
 from prefect import flow, get_run_logger
+from prefect.exceptions import Pause
 
 from flows import pipeline
 from flows.benchmark import benchmark_flow
@@ -50,11 +51,14 @@ from flows.migrate import REDEPLOY_STAGES, STAGE_FLOWS, MigrateParams, migrate
 from tasks import benchmark as benchmark_tasks
 from tasks import fleet as fleet_tasks
 from tasks import pipeline as pipeline_tasks
+from tasks import promote as promote_tasks
 from tasks import rolling as rolling_tasks
 from tasks import update as tasks
 from tasks.errors import StageFailed
 from tasks.planning import rolling as rolling_plan
+from tasks.planning.records import Promotion
 from tasks.planning.strategy import Strategy
+from tasks.stages.benchmark import same_window_key
 from tasks.planning.manifests.common import colour_namespace as common_ns, other_colour
 from tasks.runs import Run
 
@@ -180,12 +184,13 @@ def rolling(run: Run) -> dict:
             _revert(run, snap, [step.role])  # only the role in flight
             raise
     try:
-        pipeline.done(run, rolling_tasks.finish(run, live, rolled, summary))
+        pipeline.done(run, rolling_tasks.finish(run, live, rolled, summary), keep_lease=True)
         gate = benchmark_flow(run.blueprint_path, run.run_id, colour=live, in_place=True)
     except Exception:
         _revert(run, snap, [rolling_plan.PREFILL, rolling_plan.DECODE])
         raise
     rolling_tasks.save_snapshot(run, live)
+    pipeline_tasks.release_run(run)
     phases = {f"{r.role}_{'restart' if r.from_revision == r.to_revision else 'roll'}": r.seconds for r in rolled}
     log.info(f"{bp.name}: {live} runs revision {target} (was {snap.revision}): " + _rows(phases))
     return {"deployment": bp.name, "previous": live, "colour": live, "outcome": gate.outcome, "revision": target,
@@ -201,14 +206,12 @@ def _revert(run: Run, snap, roles: list[str]) -> None:
               f"{snap.revision}")
     done = []
     try:
-        for role in roles:
-            done.append(rolling_tasks.roll_role(run, live, role, snap))
-        if rolling_plan.PREFILL in roles and rolling_plan.DECODE not in roles[roles.index(rolling_plan.PREFILL):] \
-                and rolling_plan.decode_restart_reason(snap.blueprint):
-            done.append(rolling_tasks.restart_role(run, live, rolling_plan.DECODE, snap))
+        for step in rolling_plan.revert_steps(snap.blueprint, roles):
+            act = rolling_tasks.roll_role if step.action == "roll" else rolling_tasks.restart_role
+            done.append(act(run, live, step.role, snap))
         summary = rolling_tasks.canary(run, live, "the revert", snap)
         if set(roles) == set(rolling_plan.ROLES):
-            pipeline.done(run, rolling_tasks.reverted(run, live, snap, done, summary))
+            pipeline.done(run, rolling_tasks.reverted(run, live, snap, done, summary), keep_lease=True)
     except Exception as e:  # noqa: BLE001 - the update's own error is the one the run reports
         log.critical(f"{bp.name}: the revert of {', '.join(roles)} failed ({e}); {live} may run a mix of revisions: "
                      f"inspect with `kubectl -n {common_ns(bp, live)} get lws -L pdlift.io/revision`")
@@ -225,54 +228,90 @@ def fleet(run: Run) -> dict:
     log, bp = get_run_logger(), run.blueprint
     handover, step = fleet_tasks.where(run)
     phases: dict[str, float] = {}
-    outcome = "promoted"
-    if step != "release":
+    if step == "abandon":  # cut off while giving its second fleet up: finish that first
+        _abandon(run, pipeline.start(run.blueprint_path, handover.successor), handover)
+        handover, step = dataclasses.replace(handover, phase="abandoned"), "none"
+    if step in ("none", "build"):
         live = tasks.live_colour(run)
         if live is None:
             raise StageFailed(f"{bp.name}: nothing is live to update; run `pdlift deploy` (or migrate) first")
+        fleet_tasks.check_owner(run, live)
         handover = pipeline.done(run, fleet_tasks.begin(run, live, handover), keep_lease=True)
         second = pipeline.start(run.blueprint_path, handover.successor)
-        mark = time.monotonic()
         try:
-            pipeline.run_stages(second, SECOND_FLEET_STAGES, [], STAGE_FLOWS)
-            phases["second_fleet"] = round(time.monotonic() - mark, 3)
-            mark = time.monotonic()
-            deployed = deploy_flow(second.blueprint_path, second.run_id, colour=handover.colour, pin_to_fleet=True)
-            phases["bring_up"] = round(time.monotonic() - mark, 3)
-            mark = time.monotonic()
-            measured = benchmark_tasks.measure(run, live, None, f"same-window-{deployed.generation}")
-            baseline = fleet_tasks.same_window_baseline(run, second, live, measured)
-            phases["baseline"] = round(time.monotonic() - mark, 3)
-            mark = time.monotonic()
-            gate = benchmark_flow(second.blueprint_path, second.run_id, colour=handover.colour, same_window=baseline)
-            phases["benchmark_and_switch"] = round(time.monotonic() - mark, 3)
-            outcome = gate.outcome
-        except Exception as e:
-            if not fleet_tasks.production_on(run, handover.colour):
-                pipeline.done(run, fleet_tasks.abandon(run, second, handover, f"{type(e).__name__}: {e}"),
-                              keep_lease=True)
-                pipeline_tasks.publish_ledgers([run, second])
+            phases |= _build_and_switch(run, second, handover, live)
+            log.info(f"{bp.name}: production switched to {handover.colour} on the second fleet: " + _rows(phases))
+        except BaseException as e:  # a cancellation too: the second fleet must not be left billing
+            if isinstance(e, Pause):  # Prefect suspending or rescheduling the run: it comes back
+                raise
+            if fleet_tasks.production_on(run, handover.colour):
+                log.error(f"{bp.name}: {type(e).__name__} after production switched to {handover.colour}: {e}")
+            else:
+                why = f"{type(e).__name__}: {e}"
+                _abandon(run, second, pipeline.done(run, dataclasses.replace(handover, phase="abandoning", note=why),
+                                                    keep_lease=True))
                 raise StageFailed(f"{bp.name}: the fleet update stopped before its switch ({e}); {live} is "
                                   f"untouched and the second fleet (run {second.run_id}) was released") from e
-            # Production is on the second fleet already: its first fleet goes all the same.
-            log.error(f"{bp.name}: {type(e).__name__} after production switched to {handover.colour}: {e}")
         handover = pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)
     else:
         log.warning(f"{bp.name}: an earlier fleet update switched production to {handover.colour} (run "
-                    f"{handover.successor}) and was cut off; releasing the first fleet")
+                    f"{handover.successor}) and was cut off; settling which fleet stays")
         second = pipeline.start(run.blueprint_path, handover.successor)
+    # The old colour kept for the keep window (a person may switch back meanwhile), drained and
+    # deleted; then whichever fleet production does not use goes.
+    mark = time.monotonic()
+    promote_tasks.retire_previous_colour(second, Promotion(handover.colour, handover.previous_colour, ()))
+    phases["keep_and_retire"] = round(time.monotonic() - mark, 3)
+    action = fleet_tasks.settle(run, handover)
+    if action == "stop":
+        raise StageFailed(f"{bp.name}: production routes to neither colour of the fleet update; both fleets are "
+                          f"kept (runs {run.run_id} and {handover.successor})")
+    if action == "abandon":
+        why = f"production was switched back to {handover.previous_colour} during the keep window"
+        _abandon(run, second, pipeline.done(run, dataclasses.replace(handover, phase="abandoning", note=why),
+                                            keep_lease=True))
+        raise StageFailed(f"{bp.name}: {why}; the second fleet (run {second.run_id}) was released")
+    fleet_tasks.verify_production(run, handover.colour)  # raises, releasing nothing, if it does not answer
     mark = time.monotonic()
     handover = pipeline.done(run, fleet_tasks.release(run, handover), keep_lease=True)
     phases["release_first_fleet"] = round(time.monotonic() - mark, 3)
     extra = fleet_tasks.overlap(run, second, phases)
     pipeline_tasks.publish_ledgers([run, second])
     pipeline_tasks.release_run(second)
+    pipeline_tasks.release_run(run)
     log.info(f"{bp.name}: production on {handover.colour} on run {second.run_id}'s fleet; run {run.run_id}'s fleet "
              f"released; both billed for {extra.hours:.2f} h (${extra.usd:,.2f} extra): " + _rows(phases))
     return {"deployment": bp.name, "previous": handover.previous_colour, "colour": handover.colour,
-            "outcome": outcome, "fleet_run_id": second.run_id, "previous_fleet_run_id": run.run_id,
+            "outcome": "promoted", "fleet_run_id": second.run_id, "previous_fleet_run_id": run.run_id,
             "phases_s": phases, "extra_fleet_hours": extra.hours, "extra_usd": extra.usd,
             "released": handover.note}
+
+
+def _build_and_switch(run: Run, second: Run, handover, live: str) -> dict[str, float]:
+    """The second fleet through the pipeline's stages, the candidate on it, the same-window
+    benchmark and the gate; a PASS switches production (the old colour is retired later)."""
+    phases, mark = {}, time.monotonic()
+    # weights again: a resumed swap may carry another model revision than the one staged
+    pipeline.run_stages(second, SECOND_FLEET_STAGES, ["weights"], STAGE_FLOWS)
+    phases["second_fleet"] = round(time.monotonic() - mark, 3)
+    mark = time.monotonic()
+    deployed = deploy_flow(second.blueprint_path, second.run_id, colour=handover.colour, pin_to_fleet=True)
+    phases["bring_up"] = round(time.monotonic() - mark, 3)
+    mark = time.monotonic()
+    folder = same_window_key(run.blueprint.name, second.run_id)
+    measured = benchmark_tasks.measure(second, live, None, f"same-window-{deployed.generation}", folder=folder)
+    baseline = fleet_tasks.same_window_baseline(run, second, live, measured)
+    phases["baseline"] = round(time.monotonic() - mark, 3)
+    mark = time.monotonic()
+    benchmark_flow(second.blueprint_path, second.run_id, colour=handover.colour, same_window=baseline, retire=False)
+    phases["benchmark_and_switch"] = round(time.monotonic() - mark, 3)
+    return phases
+
+
+def _abandon(run: Run, second: Run, handover) -> None:
+    """The second fleet released, the handover marked abandoned, both ledgers published."""
+    pipeline.done(run, fleet_tasks.abandon(run, second, handover), keep_lease=True)
+    pipeline_tasks.publish_ledgers([run, second])
 
 
 @flow(name="recreate")

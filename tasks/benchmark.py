@@ -43,9 +43,12 @@ def _key(kind: str, parameters: dict) -> str:
             + (f"-{generation}" if generation else ""))
 
 
-def measure(run: Run, colour: str, target: str | None, generation: str, same_window: str = "") -> stage.BenchmarkRun:
-    """The benchmark task with its result persisted in the run's state store (see the docstring)."""
-    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation, same_window)
+def measure(run: Run, colour: str, target: str | None, generation: str, same_window: str = "",
+            folder: str = "") -> stage.BenchmarkRun:
+    """The benchmark task with its result persisted in the run's state store (see the docstring);
+    ``folder``: where its records go instead of the run's benchmark folder (a ``fleet`` update's
+    measurement of the live colour, which must not overwrite the live run's own evidence)."""
+    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation, same_window, folder)
 
 
 def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str, same_window: str = "") -> GateVerdict:
@@ -59,9 +62,9 @@ def _results(run: Run) -> StateStoreResults:
     return StateStoreResults.over(run.store.store, run.blueprint.aws.region)  # the store the run's ledger is in
 
 
-def _bench_folder(wiring: Wiring, run: Run) -> Path:
+def _bench_folder(wiring: Wiring, run: Run, folder: str = "") -> Path:
     """The run's benchmark folder on this worker, with what the store holds of it."""
-    return wiring.state.pull(stage.bench_key(run.blueprint.name, run.run_id))
+    return wiring.state.pull(folder or stage.bench_key(run.blueprint.name, run.run_id))
 
 
 def _baseline(wiring: Wiring, bp, same_window: str = "") -> stage.Baseline:
@@ -80,11 +83,11 @@ def ready_url(wiring: Wiring, service: str) -> str:
 
 @task(cache_key_fn=lambda _ctx, p: _key("bench", p), persist_result=True)
 def benchmark(run: Run, colour: str, target: str | None = None, generation: str = "",
-              same_window: str = "") -> stage.BenchmarkRun:
+              same_window: str = "", folder: str = "") -> stage.BenchmarkRun:
     bp, log = run.blueprint, get_run_logger()
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
-        directory, load = _bench_folder(wiring, run), wiring.load
+        directory, load = _bench_folder(wiring, run, folder), wiring.load
         progress_id = create_progress_artifact(0.0, key=artifact_key("bench", bp.name, "progress"),
                                                description=f"benchmark of {bp.name} ({colour}) against {url}")
 
@@ -101,7 +104,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
         measured = stage.run_benchmark(bp, url, directory, run.run_id, load, progress=progress,
                                        server=server.around if server else None, baseline=baseline,
                                        seed=zlib.crc32(run.run_id.encode()))
-        wiring.state.push(stage.bench_key(bp.name, run.run_id))
+        wiring.state.push(folder or stage.bench_key(bp.name, run.run_id))
     for stop in measured.stops:
         log.info(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s of load; "
                  f"{stop.note}")

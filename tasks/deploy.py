@@ -18,10 +18,6 @@ from tasks.planning.records import Deployed, RolledBack
 from tasks.runs import Run
 from tasks.stages import deploy as stage
 from tasks.stages.deploy_wait import WaitLimits
-from tasks.adapters.ssh import SshNode
-from tasks.planning.manifests import common
-from tasks.stages.efa_counters import NodeCounters
-from tasks.stages.nodes import pin, ssh_target
 from tasks.wiring import Wiring
 
 
@@ -45,7 +41,7 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0, pin: bool =
     with Wiring(bp) as wiring:
         try:
             deployed = stage.deploy(bp, wiring.kube, wiring.engines, colour, options, progress=log.info,
-                                    fabric=fabric_counters(run, wiring))
+                                    fabric=wiring.efa_counters(run.ledger.fleet()))
         except StackFailure as e:
             create_markdown_artifact(markdown=f"# {bp.name}: candidate failed ({e.reason})\n\n```\n"
                                               f"{e.diagnostics}\n```\n", key=artifact_key("deploy-failure", bp.name),
@@ -59,25 +55,6 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0, pin: bool =
         wiring.state.push(key)
     # A new generation for every deploy: the benchmark and the gate are cached per generation.
     return dataclasses.replace(deployed, generation=uuid.uuid4().hex[:12])
-
-
-def fabric_counters(run: Run, wiring: Wiring) -> NodeCounters | None:
-    """The canary's reader of the EFA counters, over SSH: the run's fleet, host keys pinned from
-    each instance's console output; without a fleet in the ledger (a cluster pdlift did not
-    launch), the deployment's Kubernetes nodes at their InternalIP, keys from aws.ssh.known_hosts."""
-    bp = run.blueprint
-    if bp.kv_transfer.protocol != "efa":
-        return None
-    port = bp.aws.ssh.port
-    fleet = run.ledger.fleet()
-    if fleet is not None:
-        nodes = pin(wiring.instances, fleet.nodes)
-        return NodeCounters(wiring.shell, {n.node_name: ssh_target(n, port) for n in nodes if n.node_name})
-    targets = {}
-    for node in wiring.kube_nodes.nodes(f"{common.DEPLOYMENT_LABEL}={bp.name}"):
-        if node.address:
-            targets[node.name] = SshNode(node.instance_id or node.name, node.address, (), port)
-    return NodeCounters(wiring.shell, targets)
 
 
 @task(cache_policy=NO_CACHE)

@@ -21,6 +21,7 @@ from tasks.runs import Run, run_id_of
 from tasks.stages import benchmark as bench
 from tasks.stages import deploy as deploy_stage
 from tasks.stages import fleet_swap as stage
+from tasks.stages import promote as promote_stage
 from tasks.wiring import Wiring
 
 
@@ -43,12 +44,27 @@ def holder(blueprint_path: str, run_id: str | None) -> str:
 
 @task(cache_policy=NO_CACHE)
 def where(run: Run) -> tuple[Handover | None, books.Step]:
-    """An earlier fleet update of this run's fleet, and what this run does about it first."""
+    """An earlier fleet update of this run's fleet, and what this run does about it first. A
+    second fleet someone tore down by hand before its switch counts as abandoned."""
     run.reload()
     handover = run.ledger.handover()
+    bp = run.blueprint
+    with Wiring(bp) as wiring:
+        production = deploy_stage.live_colour(bp, wiring.kube)
+        successor = wiring.ledgers.load(bp.name, handover.successor) if handover else None
+    step = books.next_step(handover, production, books.torn_down(successor))
+    if handover is not None and step == "none" and handover.phase == "building":
+        get_run_logger().warning(f"{bp.name}: the second fleet of an earlier fleet update, run {handover.successor}, "
+                                 "was torn down before its switch; a new one is built")
+        handover = dataclasses.replace(handover, phase="abandoned", note="torn down before its switch")
+    return handover, step
+
+
+@task(cache_policy=NO_CACHE)
+def check_owner(run: Run, live: str) -> None:
+    """Refused, nothing touched, unless the live colour runs on this run's fleet."""
     with Wiring(run.blueprint) as wiring:
-        production = deploy_stage.live_colour(run.blueprint, wiring.kube)
-    return handover, books.next_step(handover, production)
+        stage.check_owner(run.blueprint, wiring.kube, live, run.run_id)
 
 
 @task(cache_policy=NO_CACHE)
@@ -67,13 +83,13 @@ def begin(run: Run, live: str, earlier: Handover | None) -> Handover:
 
 @task(cache_policy=NO_CACHE)
 def same_window_baseline(run: Run, second: Run, live: str, measured: bench.BenchmarkRun) -> str:
-    """The live colour's measurement (in ``run``'s benchmark folder) as the baseline the second
-    fleet's candidate is judged against; its key in the state store."""
+    """The live colour's measurement (in the second run's ``same_window_key`` folder) as the
+    baseline the candidate is judged against; that key."""
     bp = run.blueprint
+    key = bench.same_window_key(bp.name, second.run_id)
     with Wiring(bp) as wiring:
-        folder = wiring.state.pull(bench.bench_key(bp.name, run.run_id))
+        folder = wiring.state.pull(key)
         summaries = bench.read_results(folder / "results.json")
-        key = bench.same_window_key(bp.name, second.run_id)
         bench.write_same_window_baseline(wiring.state_root / key, bp, summaries, run.run_id, live,
                                          now_str(dt.datetime.now(dt.timezone.utc)))
         wiring.state.push(key)
@@ -89,13 +105,35 @@ def production_on(run: Run, colour: str) -> bool:
 
 
 @task(cache_policy=NO_CACHE)
+def settle(run: Run, handover: Handover) -> books.Settle:
+    """After the switch: which fleet goes, by what production routes to now."""
+    with Wiring(run.blueprint) as wiring:
+        production = deploy_stage.live_colour(run.blueprint, wiring.kube)
+    action = books.settle_action(handover, production)
+    if action == "stop":
+        get_run_logger().critical(f"{run.blueprint.name}: production routes to {production or 'nothing'}, neither "
+                                  f"{handover.colour} (run {handover.successor}) nor {handover.previous_colour} (run "
+                                  f"{run.run_id}); both fleets are kept: point production at one, then run the update "
+                                  "again")
+    return action
+
+
+@task(cache_policy=NO_CACHE)
+def verify_production(run: Run, colour: str) -> None:
+    """Production routes only to ``colour``'s routers and each answers, before a fleet goes."""
+    bp = run.blueprint
+    with Wiring(bp) as wiring:
+        promote_stage.check_traffic(bp, colour, wiring.routing, wiring.engines, timeout_s=60.0)
+
+
+@task(cache_policy=NO_CACHE)
 def release(run: Run, handover: Handover) -> Handover:
     """``run``'s fleet, released by its tags, its ledger's resources ended; the handover done."""
     bp, log = run.blueprint, get_run_logger()
     log.info(f"{bp.name}: releasing run {run.run_id}'s fleet (production is on {handover.colour}, run "
              f"{handover.successor})")
     with Wiring(bp) as wiring:
-        report = stage.release(bp, wiring.capacity, wiring.instances, run.run_id)
+        report = stage.release(bp, wiring.capacity, wiring.instances, wiring.kube, run.run_id)
     for found in report.released:
         run.ended(found.kind, found.resource_id)
     for line in report.lines():
@@ -104,18 +142,21 @@ def release(run: Run, handover: Handover) -> Handover:
 
 
 @task(cache_policy=NO_CACHE)
-def abandon(run: Run, second: Run, handover: Handover, why: str) -> Handover:
-    """The second fleet given up: its candidate and everything tagged with its run released."""
+def abandon(run: Run, second: Run, handover: Handover) -> Handover:
+    """The second fleet given up (``handover.note`` says why): its candidate and everything
+    tagged with its run released."""
     bp, log = run.blueprint, get_run_logger()
-    log.error(f"{bp.name}: the fleet update did not switch ({why}); releasing the second fleet, run "
+    log.error(f"{bp.name}: the fleet update did not complete ({handover.note}); releasing the second fleet, run "
               f"{second.run_id}; {handover.previous_colour} stays live")
     with Wiring(bp) as wiring:
         report = stage.abandon(bp, wiring.kube, wiring.capacity, wiring.instances, second.run_id, handover.colour)
     for found in report.released:
         second.ended(found.kind, found.resource_id)
-    released = "; ".join(report.lines()) or "nothing had been made"
+    for line in report.kept:
+        log.warning(f"{bp.name}: {line}")
+    released = "; ".join(f"{f.kind} {f.resource_id}" for f in report.released) or "nothing had been made"
     log.warning(f"{bp.name}: second fleet released: {released}")
-    return dataclasses.replace(handover, phase="abandoned", note=f"{why} (released: {released})")
+    return dataclasses.replace(handover, phase="abandoned", note=f"{handover.note} (released: {released})")
 
 
 @task(cache_policy=NO_CACHE)

@@ -8,16 +8,13 @@ import uuid
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.deploy import fabric_counters
 from tasks.planning import rolling as plan
-from tasks.planning.manifests.common import colour_namespace, stable_namespace
-from tasks.planning.manifests.router import router_name
 from tasks.planning.records import Deployed, RoleRolled
 from tasks.runs import Run
 from tasks.stages import deploy as deploy_stage
 from tasks.stages import rolling as stage
 from tasks.stages.clock import Clock
-from tasks.stages.deploy_wait import WaitLimits, wait_for_stack
+from tasks.stages.deploy_wait import WaitLimits
 from tasks.stages.recreate import Snapshot
 from tasks.wiring import Wiring
 
@@ -65,44 +62,31 @@ def canary(run: Run, colour: str, step: str, snap: Snapshot | None = None) -> st
     bp, _ = _source(run, colour, snap)
     with Wiring(run.blueprint) as wiring:
         summary = stage.canary(bp, wiring.kube, wiring.engines, colour, deploy_stage.DeployOptions(),
-                               fabric_counters(run, wiring), step)
+                               wiring.efa_counters(run.ledger.fleet()), step)
     get_run_logger().info(f"{bp.name}: canary after {step}: {summary}")
     return summary
 
 
 @task(cache_policy=NO_CACHE)
 def finish(run: Run, colour: str, rolled: list[RoleRolled], canary_summary: str, poll_s: float = 5.0) -> Deployed:
-    """The rest of the candidate (its router, Services, accounts: a no-op where unchanged), the
-    whole stack waited for, and the deploy record the gate is keyed by. A replay of the same
-    update (after a suspension, or a cut-off run) keeps the generation, so the gate reuses its
-    measurement; anything else is a new one."""
+    """The rest of the candidate applied and the whole stack waited for; the deploy record the
+    gate is keyed by (``plan.deployed_after_roll``: a replay of the same update keeps its
+    generation)."""
     bp = run.blueprint
     objects = deploy_stage.render(bp, colour)
-    revision = plan.revision_of(plan.role_object(objects, plan.ROLES[0]))
     with Wiring(bp) as wiring:
-        deploy_stage.apply_objects(wiring.kube, objects, get_run_logger().debug)
-        phases = wait_for_stack(wiring.kube, deploy_stage.pod_groups(bp, colour, objects),
-                                lambda pods: deploy_stage.router_gaps(wiring.engines, bp, objects, pods),
-                                WaitLimits(poll_s=poll_s), Clock(), get_run_logger().debug)
+        phases = stage.finish(bp, wiring.kube, wiring.engines, colour, objects, WaitLimits(poll_s=poll_s), Clock(),
+                              get_run_logger().debug)
     run.reload()
-    before = run.ledger.deployed()
-    generation = before.generation if (before and before.colour == colour
-                                       and before.generation.startswith(revision + "-")) \
-        else f"{revision}-{uuid.uuid4().hex[:8]}"
-    phases |= {f"roll_{r.role}" if r.from_revision != r.to_revision else f"restart_{r.role}": r.seconds
-               for r in rolled}
-    return Deployed(bp.name, colour, colour, colour_namespace(bp, colour), stable_namespace(bp), router_name(colour),
-                    phases, round(sum(r.seconds for r in rolled), 3), canary_summary, generation)
+    return plan.deployed_after_roll(bp, colour, plan.revision_of(plan.role_object(objects, plan.ROLES[0])), rolled,
+                                    phases, canary_summary, run.ledger.deployed(), uuid.uuid4().hex[:8])
 
 
 @task(cache_policy=NO_CACHE)
 def reverted(run: Run, colour: str, snap: Snapshot, rolled: list[RoleRolled], canary_summary: str) -> Deployed:
-    """The deploy record after a full revert: a generation of its own, so a later update of the
-    same revision is measured afresh rather than judged by this one's cached verdict."""
-    bp = snap.blueprint
-    return Deployed(bp.name, colour, colour, colour_namespace(bp, colour), stable_namespace(bp), router_name(colour),
-                    {f"revert_{r.role}": r.seconds for r in rolled}, round(sum(r.seconds for r in rolled), 3),
-                    canary_summary, f"{snap.revision}-{uuid.uuid4().hex[:8]}")
+    """The deploy record after a full revert (``plan.deployed_after_revert``)."""
+    return plan.deployed_after_revert(snap.blueprint, colour, snap.revision, rolled, canary_summary,
+                                      uuid.uuid4().hex[:8])
 
 
 @task(cache_policy=NO_CACHE)

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
+from tasks.planning import fleet_swap
 from tasks.stages import teardown as stage
 from tasks.wiring import RegionWiring, Wiring
 
@@ -19,7 +20,9 @@ def teardown(bp: Blueprint, run_id: str | None) -> stage.TeardownReport:
     """Release every resource tagged with this deployment (and run, when given). Reads no ledger:
     tags are the truth, so an unreadable ledger never keeps capacity billing."""
     with Wiring(bp) as wiring:
-        found = stage.inventory(wiring.capacity, wiring.instances, bp.name, run_id)
+        found = []
+        for rid in [run_id] + (_successors(wiring, bp, run_id) if run_id else []):
+            found += stage.inventory(wiring.capacity, wiring.instances, bp.name, rid)
         kube, why_not = wiring.kube_nodes_for_cleanup()
         report = stage.release(found, wiring.capacity, wiring.instances, kube=kube, deployments={bp.name})
     if why_not:
@@ -27,6 +30,25 @@ def teardown(bp: Blueprint, run_id: str | None) -> stage.TeardownReport:
                            f"delete them with: kubectl delete namespace -l pdlift.io/deployment={bp.name}")
         get_run_logger().warning(report.kept[-1])
     return report
+
+
+def _successors(wiring: Wiring, bp: Blueprint, run_id: str) -> list[str]:
+    """The runs whose fleets replaced (or were to replace) ``run_id``'s: a teardown of a run
+    releases them too. A ledger that cannot be read ends the chain there (tags still find the
+    rest: ``pdlift teardown BLUEPRINT`` without a run id releases the whole deployment)."""
+
+    def handover_of(rid: str):
+        try:
+            ledger = wiring.ledgers.load(bp.name, rid)
+        except ConfigError:
+            return None
+        return ledger.handover() if ledger else None
+
+    found = fleet_swap.successors(run_id, handover_of)
+    if found:
+        get_run_logger().info(f"{bp.name}: run {run_id}'s fleet was replaced by run(s) {', '.join(found)}: "
+                              "releasing them too")
+    return found
 
 
 @task(cache_policy=NO_CACHE)

@@ -21,7 +21,6 @@ from tasks.stages import drain as drain_stage
 from tasks.stages import recreate as stage
 from tasks.stages.clock import Clock
 from tasks.stages.deploy_wait import WaitLimits
-from tasks.deploy import fabric_counters
 from tasks.wiring import Wiring
 
 
@@ -39,12 +38,16 @@ def choose_strategy(run: Run, requested: strategy.Strategy = "auto") -> strategy
     with Wiring(bp) as wiring:
         kube = wiring.kube
         live = deploy_stage.live_colour(bp, kube)
-        swap = fleet_swap.next_step(run.ledger.handover(), live)
+        handover = run.ledger.handover()
+        successor = wiring.ledgers.load(bp.name, handover.successor) if handover else None
+        swap = fleet_swap.next_step(handover, live, fleet_swap.torn_down(successor))
         if swap != "none":
             # A fleet update was cut off: only fleet can finish it (go on building its second
-            # fleet, or release the first); anything else would leave one of them billing.
-            what = "before its switch; this run goes on with its second fleet" if swap == "build" \
-                else "after its switch; this run releases the first fleet"
+            # fleet, settle which fleet stays, or finish releasing the second); anything else
+            # would leave one of them billing.
+            what = {"build": "before its switch; this run goes on with its second fleet",
+                    "settle": "after its switch; this run settles which fleet stays",
+                    "abandon": "while releasing its second fleet; this run finishes that"}[swap]
             return _publish(run, strategy.StrategyChoice("fleet", f"an earlier fleet update was cut off {what}"), [])
         if live is None and stage.in_maintenance(bp, wiring.routing) is not None:
             # A recreate was cut off with production in maintenance: only recreate can finish it.
@@ -151,7 +154,7 @@ def restore(run: Run, snap: stage.Snapshot, poll_s: float = 5.0) -> tuple[dict[s
     options = deploy_stage.DeployOptions(limits=WaitLimits(poll_s=poll_s))
     with Wiring(bp) as wiring:
         phases, back = stage.restore(snap, wiring.kube, wiring.engines, wiring.routing, options, Clock(),
-                               progress=log.info, fabric=fabric_counters(run, wiring))
+                               progress=log.info, fabric=wiring.efa_counters(run.ledger.fleet()))
     log.info(f"{bp.name}: production routes to {snap.colour} again (revision {snap.revision})")
     return phases, back
 

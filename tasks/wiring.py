@@ -38,9 +38,13 @@ from tasks.adapters.state_store import StateStore, open_uri
 from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
 from tasks.adapters.s3 import WeightStore, s3_client
 from tasks.adapters.service_routing import ServiceRouting
-from tasks.adapters.ssh import NodeShell, SshSettings
+from tasks.adapters.ssh import NodeShell, SshNode, SshSettings
 from tasks.errors import ConfigError, PdliftError, ResourceGone
 from tasks.planning.lease import DEFAULT_TTL_S
+from tasks.planning.manifests.common import DEPLOYMENT_LABEL
+from tasks.planning.records import Fleet
+from tasks.stages.efa_counters import NodeCounters
+from tasks.stages.nodes import pin, ssh_target
 
 
 class Wiring:
@@ -140,6 +144,24 @@ class Wiring:
     @functools.cached_property
     def engines(self) -> EngineHttp:
         return self._keep(EngineHttp())
+
+    def efa_counters(self, fleet: Fleet | None) -> NodeCounters | None:
+        """The canary's reader of the EFA counters, over SSH: the run's ``fleet``, host keys pinned
+        from each instance's console output; without one (a cluster pdlift did not launch), the
+        deployment's Kubernetes nodes at their InternalIP, keys from aws.ssh.known_hosts. None
+        when the KV does not go over EFA."""
+        bp = self.bp
+        if bp.kv_transfer.protocol != "efa":
+            return None
+        port = bp.aws.ssh.port
+        if fleet is not None:
+            nodes = pin(self.instances, fleet.nodes)
+            return NodeCounters(self.shell, {n.node_name: ssh_target(n, port) for n in nodes if n.node_name})
+        targets = {}
+        for node in self.kube_nodes.nodes(f"{DEPLOYMENT_LABEL}={bp.name}"):
+            if node.address:
+                targets[node.name] = SshNode(node.instance_id or node.name, node.address, (), port)
+        return NodeCounters(self.shell, targets)
 
     @property
     def load(self) -> Callable[[LoadSpec], LoadResult]:

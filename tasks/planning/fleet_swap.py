@@ -27,30 +27,76 @@ from tasks.planning.records import Handover
 _SUFFIX = re.compile(r"-f(\d+)$")
 MAX_CHAIN = 1000  # successors followed at most (a ledger edited into a cycle stops here)
 
-Step = Literal["none", "build", "release"]
+Step = Literal["none", "build", "settle", "abandon"]
+Settle = Literal["release", "abandon", "stop"]
+
+
+def _split(run_id: str) -> tuple[str, int]:
+    found = _SUFFIX.search(run_id)
+    return (run_id[:found.start()], int(found.group(1))) if found else (run_id, 0)
 
 
 def successor_run_id(run_id: str) -> str:
     """The run id of the fleet that replaces ``run_id``'s: ``r1`` -> ``r1-f1`` -> ``r1-f2``."""
-    found = _SUFFIX.search(run_id)
-    base, number = (run_id[:found.start()], int(found.group(1))) if found else (run_id, 0)
+    base, number = _split(run_id)
     return f"{base}-f{number + 1}"
 
 
-def next_step(handover: Handover | None, production_colour: str | None) -> Step:
+def descends_from(run_id: str, ancestor: str) -> bool:
+    """Whether ``run_id`` is ``ancestor`` or a fleet that replaced it (by the linked ids' form):
+    a sweep told ``ancestor`` is active keeps those, since production may run on any of them."""
+    (base, number), (root, start) = _split(run_id), _split(ancestor)
+    return base == root and number >= start
+
+
+def successors(run_id: str, handover_of: Callable[[str], Handover | None]) -> list[str]:
+    """The runs whose fleets replaced, or were to replace, ``run_id``'s, in order (whatever
+    became of them): what a teardown of ``run_id`` releases besides its own."""
+    out, seen = [], {run_id}
+    while (handover := handover_of(run_id)) is not None and handover.successor not in seen and len(out) < MAX_CHAIN:
+        run_id = handover.successor
+        seen.add(run_id)
+        out.append(run_id)
+    return out
+
+
+def next_step(handover: Handover | None, production_colour: str | None, successor_torn_down: bool = False) -> Step:
     """What an update of a fleet does first about an earlier swap of it:
 
-    none     no swap, or one that ended (released, or abandoned before its switch)
+    none     no swap, or one that ended: released, abandoned, or a second fleet someone tore
+             down by hand before its switch
     build    cut off before its switch (production still on the old colour): go on with the same
              second fleet, which its own ledger resumes
-    release  production routes to the second fleet's colour (the switch was recorded, or was made
-             just before a crash could record it): release the first fleet
+    settle   production was switched (recorded, or made just before a crash could record it):
+             ``settle_action`` says whether the first fleet goes or the second
+    abandon  cut off while giving the second fleet up: finish releasing it
     """
     if handover is None or handover.phase in ("released", "abandoned"):
         return "none"
+    if handover.phase == "abandoning":
+        return "abandon"
     if handover.phase == "switched" or production_colour == handover.colour:
+        return "settle"
+    return "none" if successor_torn_down else "build"
+
+
+def torn_down(successor: Ledger | None) -> bool:
+    """Whether a second fleet's run was torn down (by hand: ``pdlift teardown``) with nothing left."""
+    return successor is not None and "teardown" in successor.records and not successor.live()
+
+
+def settle_action(handover: Handover, production_colour: str | None) -> Settle:
+    """After the switch, which fleet goes, by what production routes to now:
+
+    release  the candidate (on the second fleet): the first fleet goes
+    abandon  the previous colour again (someone switched back in the keep window): the second goes
+    stop     neither colour, or production cannot be read: nothing is released; a person decides
+    """
+    if production_colour == handover.colour:
         return "release"
-    return "build"
+    if production_colour == handover.previous_colour:
+        return "abandon"
+    return "stop"
 
 
 def current_run_id(run_id: str, handover_of: Callable[[str], Handover | None]) -> str:

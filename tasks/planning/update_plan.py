@@ -83,8 +83,10 @@ def fleet_overlap(bp: Blueprint, timeline: Timeline) -> ExtraFleet:
     phases |= {"baseline": round(bench.expected_s, 1), "benchmark": round(bench.expected_s, 1),
                "switch": SWITCH_EXPECTED_S, "keep": float(bp.promotion.keep_previous_colour_s),
                "drain": round(drain_s(bp), 1), "release": RELEASE_S}
-    worst = (sum(stages[name].worst_s for name in SECOND_FLEET_STAGES) + 2 * bench.worst_s + SWITCH_WORST_S
-             + bp.promotion.keep_previous_colour_s + SHUTDOWN_TIMEOUT_S + RELEASE_S)
+    # the baseline's measurement has no approval wait; the candidate's may
+    baseline_worst = bench.worst_s - bp.promotion.approval_timeout_s
+    worst = (sum(stages[name].worst_s for name in SECOND_FLEET_STAGES) + baseline_worst + bench.worst_s
+             + SWITCH_WORST_S + bp.promotion.keep_previous_colour_s + SHUTDOWN_TIMEOUT_S + RELEASE_S)
     expected_h, worst_h = sum(phases.values()) / 3600, worst / 3600
     price = timeline.usd_per_hour
     return ExtraFleet(round(expected_h, 2), round(worst_h, 2),

@@ -98,6 +98,15 @@ def restart(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str, object
     return RoleRolled(role, revision, revision, round(clock.monotonic() - started, 3), phases)
 
 
+def finish(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str, objects: list[dict], limits: WaitLimits,
+           clock: Clock, progress: Progress = lambda _: None) -> dict[str, float]:
+    """The rest of the rolled stack (its router, Services, accounts: a no-op where unchanged)
+    applied, then the whole colour waited for; seconds per wait phase."""
+    deploy_stage.apply_objects(kube, objects, progress)
+    return wait_for_stack(kube, deploy_stage.pod_groups(bp, colour, objects),
+                          lambda pods: deploy_stage.router_gaps(http, bp, objects, pods), limits, clock, progress)
+
+
 def canary(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str, options: deploy_stage.DeployOptions,
            fabric: FabricCounters | None, step: str) -> str:
     """The P->D path through ``colour``'s router after ``step``; raises ``StackFailure`` naming

@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from tasks.errors import NotReadyYet, StageFailed
-from tasks.planning import identity
+from tasks.planning import fleet_swap, identity
 from tasks.planning.identity import TAG_CREATED, TAG_DEPLOYMENT, TAG_RUN, TAG_TTL
 from tasks.stages.clock import Clock, poll_until
 from tasks.stages.ports import Capacity, Instances, KubeNodes
@@ -122,12 +122,14 @@ def _delete_placement_group(cap: Capacity, name: str, clock: Clock, bound_s: flo
 
 
 def stale(found: list[Found], now: dt.datetime, active_runs: set[str]) -> list[Found]:
-    """What the sweep should release: past its TTL, or belonging to no active run."""
+    """What the sweep should release: past its TTL, or belonging to no active run. A run a fleet
+    update replaced stays active through the fleets that replaced it (``<run>-f1``, ...), since
+    production runs on the newest of them."""
     out = []
     for f in found:
         created = _parse(f.created_at)
         expired = created is not None and f.ttl_hours > 0 and now - created > dt.timedelta(hours=f.ttl_hours)
-        if expired or f.run_id not in active_runs:
+        if expired or not any(fleet_swap.descends_from(f.run_id, active) for active in active_runs):
             out.append(f)
     return out
 

@@ -18,6 +18,7 @@ import json
 import re
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ from tasks.planning import identity
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 BUCKET = "pdlift-state"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _reservations(aws_env, run_id: str) -> list[str]:
@@ -265,9 +267,19 @@ def _tagged(aws_env, run_id: str) -> dict[str, list[str]]:
     }.items() if v}
 
 
+def _fleet_worker(prefect_pg_server, pg_workers, sandbox_env, tmp_path, name: str):
+    """A worker of its own, online, for a fleet update (a 30 s lease, as a killed one's must end)."""
+    base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"],
+            "PDLIFT_LEASE_TTL_S": "30"}
+    (tmp_path / name).mkdir()
+    worker = pg_workers.start_worker(name, base_env=base, extra_env={"TMPDIR": str(tmp_path / name)})
+    pg_workers.wait_online(worker)
+    return worker
+
+
 def _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, worker: str):
-    """(run id, routing, live colour) of the takeover's promoted fleet, with a worker of its own
-    online to run the update."""
+    """(run id, routing, live colour, the worker) of the takeover's promoted fleet, with a worker
+    of its own online to run the update."""
     from kubernetes import config as kube_config
 
     from tasks.adapters.service_routing import ServiceRouting
@@ -275,11 +287,9 @@ def _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path,
     if not PROMOTED:
         pytest.skip("needs the fleet the takeover test promoted")
     routing = ServiceRouting(kube_config.new_client_from_config(sandbox_env["KUBECONFIG"]))
-    base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"]}
-    (tmp_path / worker).mkdir()
-    pg_workers.wait_online(pg_workers.start_worker(worker, base_env=base,
-                                                   extra_env={"TMPDIR": str(tmp_path / worker)}))
-    return PROMOTED["run_id"], routing, routing.selector("sandbox-2p2d", "sandbox-2p2d")["pdlift.io/colour"]
+    started = _fleet_worker(prefect_pg_server, pg_workers, sandbox_env, tmp_path, worker)
+    return (PROMOTED["run_id"], routing, routing.selector("sandbox-2p2d", "sandbox-2p2d")["pdlift.io/colour"],
+            started)
 
 
 def test_a_fleet_redeploy_without_capacity_for_a_second_fleet_stops_cleanly_with_the_live_colour_untouched(
@@ -287,7 +297,8 @@ def test_a_fleet_redeploy_without_capacity_for_a_second_fleet_stops_cleanly_with
     from tests.flows.test_recreate import ProductionProbe
 
     server, ns = prefect_pg_server, "sandbox-2p2d"
-    run_id, routing, live = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, "worker-f")
+    run_id, routing, live, _ = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path,
+                                                      "worker-f")
     # EC2 has no p5en capacity for a reservation in any AZ (the blueprint's two).
     aws_sandbox.admin.inject(action="CreateCapacityReservation", code="InsufficientInstanceCapacity", times=-1)
     try:
@@ -310,28 +321,55 @@ def test_a_fleet_redeploy_without_capacity_for_a_second_fleet_stops_cleanly_with
     assert ledger.handover().phase == "abandoned" and ledger.handover().successor == second
 
 
-def test_a_fleet_redeploy_moves_production_to_a_second_fleet_under_steady_load_and_releases_the_first(
+def test_a_fleet_redeploy_killed_after_its_switch_moves_production_to_a_second_fleet_without_a_failed_request(
         prefect_pg_server, pg_workers, sandbox_env, aws_sandbox, s3_sandbox, tmp_path):
+    """Under a steady load through production: the second fleet is built, the candidate passes and
+    production switches to it; the moment it does (the promotion's traffic check still running,
+    the old colour to be kept 20 s), the worker is killed (kill -9, flow runs included). The next
+    run settles the swap: the old colour kept, drained and deleted, production checked, the first
+    fleet released."""
+    import yaml
+
     from tasks.planning import fleet_swap
     from tasks.planning.ledger import parse_time
     from tests.fixtures.steady_load import SteadyLoad
     from tests.flows.test_recreate import ProductionProbe
 
     server, ns = prefect_pg_server, "sandbox-2p2d"
-    run_id, routing, live = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path, "worker-g")
+    run_id, routing, live, doomed = _before_a_fleet_update(prefect_pg_server, pg_workers, sandbox_env, tmp_path,
+                                                           "worker-g")
     candidate = "green" if live == "blue" else "blue"
     first_fleet = _tagged(aws_sandbox, run_id)
     assert len(first_fleet["instances"]) == 4 and len(first_fleet["reservations"]) == 1
+    # The demo's blueprint with a keep window long enough to kill the worker inside it.
+    doc = yaml.safe_load((REPO / "blueprints" / "sandbox-2p2d.yaml").read_text())
+    doc["promotion"]["keep_previous_colour_s"] = 20
+    keep = tmp_path / "sandbox-2p2d-keep.yaml"
+    keep.write_text(yaml.safe_dump(doc, sort_keys=False))
+    params = {"blueprint": str(keep), "fleet_run_id": run_id, "strategy": "fleet"}
     with ProductionProbe(routing, ns, ns) as probe, \
             SteadyLoad(routing, ns, ns, "pdlift/tiny-moe-mla", workers=2) as load:
-        _, run = pg_workers.create_run("redeploy", "redeploy", {
-            "blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id, "strategy": "fleet"})
-        finished = server.wait_terminal(run["id"], timeout_s=1200)
+        _, first = pg_workers.create_run("redeploy", "redeploy", params)
+        deadline = time.monotonic() + 900
+        while routing.selector(ns, ns)["pdlift.io/colour"] != candidate:  # the switch
+            _, state = server.http("GET", f"/flow_runs/{first['id']}")
+            assert state["state_type"] not in ("FAILED", "CRASHED", "COMPLETED"), _logs(server, first["id"])[-4000:]
+            assert time.monotonic() < deadline, "production never switched to the candidate"
+            time.sleep(0.2)
+        assert pg_workers.kill_worker(doomed), "the worker had no flow-run process to kill"
+        assert routing.presence("v1", "Namespace", f"{ns}-{live}") == "present"  # kept, not yet retired
+        server.http("POST", f"/flow_runs/{first['id']}/set_state",
+                    {"state": {"type": "CRASHED", "message": "worker killed"}, "force": True})
+        _fleet_worker(prefect_pg_server, pg_workers, sandbox_env, tmp_path, "worker-h")
+        _, run = pg_workers.create_run("redeploy", "redeploy", params)
+        finished = server.wait_terminal(run["id"], timeout_s=600)
         time.sleep(2.0)
-    logs = _logs(server, run["id"])
+    first_logs, logs = _logs(server, first["id"]), _logs(server, run["id"])
     assert finished["state_type"] == "COMPLETED", finished["state"]["message"] + logs[-4000:]
-    second = f"{run_id}-f2"  # -f1 was the attempt without capacity
-    assert f"a second fleet, run {second}" in logs
+    second = re.search(r"a second fleet, run (\S+), for", first_logs).group(1)
+    assert second == fleet_swap.successor_run_id(f"{run_id}-f1")  # -f1 was the attempt without capacity
+    assert "cut off after its switch" in logs and "settling which fleet stays" in logs
+    assert "a second fleet, run" not in logs  # nothing was built again
     # Production moved to the candidate on the second fleet without a failed request.
     assert routing.selector(ns, ns)["pdlift.io/colour"] == candidate
     assert load.ok > 20 and load.failures == [], load.failures[:5]
@@ -347,10 +385,10 @@ def test_a_fleet_redeploy_moves_production_to_a_second_fleet_under_steady_load_a
     # The ledgers: the first run handed over and ended; the extra fleet-hours are the time both
     # reservations billed at the first one's price.
     store = LedgerStore(S3Store(PROMOTED["state_uri"], s3_sandbox.client(), cache_root=tmp_path / "reader"))
-    first, new = store.load(ns, run_id), store.load(ns, second)
-    assert first.handover().phase == "released" and first.handover().successor == second
-    assert not [e for e in first.live() if e.usd_per_hour or e.kind in ("instance", "capacity-reservation")]
-    old_cr = next(e for e in first.entries if e.kind == "capacity-reservation" and e.ended_at)
+    old, new = store.load(ns, run_id), store.load(ns, second)
+    assert old.handover().phase == "released" and old.handover().successor == second
+    assert not [e for e in old.live() if e.usd_per_hour or e.kind in ("instance", "capacity-reservation")]
+    old_cr = next(e for e in old.entries if e.kind == "capacity-reservation" and e.ended_at)
     new_cr = next(e for e in new.entries if e.kind == "capacity-reservation")
     both_s = (parse_time(old_cr.ended_at) - parse_time(new_cr.started_at)).total_seconds()
     result = re.search(r"both billed for ([\d.]+) h \(\$([\d,.]+) extra\)", logs)
@@ -358,9 +396,11 @@ def test_a_fleet_redeploy_moves_production_to_a_second_fleet_under_steady_load_a
     hours, usd = float(result.group(1)), float(result.group(2).replace(",", ""))
     assert hours == pytest.approx(both_s / 3600, abs=2 / 3600 + 0.005)
     assert usd == pytest.approx(both_s / 3600 * old_cr.usd_per_hour, abs=0.5)
-    phases = re.search(r"released; both billed for .*?: (.*)", logs).group(1)
+    switched = re.search(r"production switched to \w+ on the second fleet: (.*)", first_logs)
+    built = switched.group(1) if switched else "killed before it logged its phases"
+    settled = re.search(r"released; both billed for .*?: (.*)", logs).group(1)
     print(f"\nfleet redeploy: {json.dumps({'requests_ok': load.ok, 'failed': len(load.failures), 'both_billed_s': both_s})}"
-          f"; pdlift's phases: {phases}")
+          f"; the killed run: {built}; the run that settled it: {settled}")
     # An update of the old run id now goes to the run that holds the fleet.
 
     def handover_of(rid: str):

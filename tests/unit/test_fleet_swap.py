@@ -29,19 +29,45 @@ def test_the_second_fleet_takes_the_next_linked_run_id():
     assert fleet_swap.successor_run_id("takeover-f00d12") == "takeover-f00d12-f1"  # '-f' not at the end
 
 
-@pytest.mark.parametrize("phase, production, step", [
-    (None, "blue", "none"),
-    ("released", "green", "none"),
-    ("abandoned", "blue", "none"),
-    ("building", "blue", "build"),      # cut off before the switch: go on with the same second fleet
-    ("building", None, "build"),
-    ("building", "green", "release"),   # switched, crashed before recording it
-    ("switched", "green", "release"),
-    ("switched", "blue", "release"),    # recorded as switched: the first fleet goes whatever is read now
+@pytest.mark.parametrize("phase, production, torn, step", [
+    (None, "blue", False, "none"),
+    ("released", "green", False, "none"),
+    ("abandoned", "blue", False, "none"),
+    ("abandoning", "blue", False, "abandon"),   # cut off while releasing the second fleet: finish that
+    ("building", "blue", False, "build"),       # cut off before the switch: go on with the same second fleet
+    ("building", None, False, "build"),
+    ("building", "blue", True, "none"),         # ... unless someone tore that fleet down meanwhile
+    ("building", "green", False, "settle"),     # switched, crashed before recording it
+    ("switched", "green", False, "settle"),
+    ("switched", "blue", False, "settle"),      # switched back by hand: settle decides which fleet goes
 ])
-def test_a_rerun_goes_on_building_or_releases_by_where_the_swap_stood(phase, production, step):
+def test_a_rerun_goes_on_building_settles_or_finishes_an_abandon_by_where_the_swap_stood(phase, production, torn,
+                                                                                         step):
     handover = Handover("r1-f1", "green", "blue", phase) if phase else None
-    assert fleet_swap.next_step(handover, production) == step
+    assert fleet_swap.next_step(handover, production, torn) == step
+
+
+@pytest.mark.parametrize("production, action", [
+    ("green", "release"),   # on the candidate: the first fleet goes
+    ("blue", "abandon"),    # switched back to the previous colour in the keep window: the second goes
+    (None, "stop"),         # production cannot be read, or routes nowhere: nothing is released
+])
+def test_after_the_switch_the_fleet_production_does_not_use_is_the_one_released(production, action):
+    assert fleet_swap.settle_action(Handover("r1-f1", "green", "blue", "switched"), production) == action
+
+
+def test_the_fleets_that_replaced_a_run_descend_from_it_and_a_teardown_of_it_follows_them():
+    assert fleet_swap.descends_from("r1-f1", "r1") and fleet_swap.descends_from("r1-f7", "r1-f2")
+    assert fleet_swap.descends_from("r1", "r1") and fleet_swap.descends_from("r1-f2", "r1-f2")
+    assert not fleet_swap.descends_from("r1", "r1-f1")        # the fleet it replaced is no descendant
+    assert not fleet_swap.descends_from("r12-f1", "r1") and not fleet_swap.descends_from("r2-f1", "r1-f1")
+    chain = {"r1": Handover("r1-f1", "green", "blue", "released"),
+             "r1-f1": Handover("r1-f2", "blue", "green", "building")}
+    assert fleet_swap.successors("r1", chain.get) == ["r1-f1", "r1-f2"]
+    assert fleet_swap.successors("r1-f1", chain.get) == ["r1-f2"]
+    assert fleet_swap.successors("r1-f2", chain.get) == []
+    loop = {"a": Handover("b", "green", "blue", "released"), "b": Handover("a", "blue", "green", "released")}
+    assert fleet_swap.successors("a", loop.get) == ["b"]
 
 
 def test_an_update_of_a_handed_over_fleet_goes_to_the_run_that_holds_it_now():
@@ -98,8 +124,16 @@ def test_the_candidate_is_pinned_to_the_second_fleets_nodes_without_changing_its
             assert selector[RUN_LABEL] == "r1-f1" and selector["pdlift.io/role"] == obj["metadata"]["name"]
     assert [o["metadata"]["labels"] for o in pinned] == [o["metadata"]["labels"] for o in objects]
     assert all(RUN_LABEL not in str(o) for o in objects)  # the input is left as it was
+    # The routers run on the second fleet or on nodes pdlift did not launch (no pdlift.io/role),
+    # never on the first fleet, so none dies with it.
     routers = [o for o in pinned if o["kind"] == "Deployment"]
-    assert routers and all(RUN_LABEL not in str(o) for o in routers)  # routers run on the CPU nodes
+    assert routers
+    for router in routers:
+        affinity = router["spec"]["template"]["spec"]["affinity"]
+        assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": RUN_LABEL, "operator": "In", "values": ["r1-f1"]}]},
+            {"matchExpressions": [{"key": "pdlift.io/role", "operator": "DoesNotExist"}]}]
+        assert "podAntiAffinity" in affinity  # the spread across nodes is kept
 
 
 def test_the_plan_counts_the_second_fleets_stages_both_benchmarks_and_the_keep_window_as_extra_hours():
@@ -113,5 +147,20 @@ def test_the_plan_counts_the_second_fleets_stages_both_benchmarks_and_the_keep_w
         assert x.phases_s[stage] == pytest.approx(timeline.of(stage).expected_s, abs=0.1)
     assert x.expected_h == pytest.approx(sum(x.phases_s.values()) / 3600, abs=0.01)
     assert x.expected_usd == pytest.approx(x.expected_h * timeline.usd_per_hour, rel=0.01)
-    assert x.worst_h > x.expected_h
+    stages = ("reserve", "launch", "fabric", "weights", "deploy")
+    worst = (sum(timeline.of(s).worst_s for s in stages) + 2 * timeline.of("benchmark").worst_s
+             - bp.promotion.approval_timeout_s + update_plan.SWITCH_WORST_S + 900 + 120 + update_plan.RELEASE_S)
+    assert x.worst_h == pytest.approx(worst / 3600, abs=0.01)  # one approval wait: the candidate's
     assert "fleet: no downtime; a second fleet bills beside the first" in update_plan.describe_fleet(x)
+
+
+def test_a_second_fleet_counts_as_torn_down_only_once_its_teardown_left_nothing_billing():
+    from tasks.planning.records import TornDown
+
+    billing = LedgerEntry("capacity-reservation", "cr-2", "reserve", usd_per_hour=252.0, started_at=_at(0))
+    ended = LedgerEntry("capacity-reservation", "cr-2", "reserve", usd_per_hour=252.0, started_at=_at(0),
+                        ended_at=_at(30))
+    assert not fleet_swap.torn_down(None)
+    assert not fleet_swap.torn_down(_ledger("r1-f1", billing))
+    assert fleet_swap.torn_down(_ledger("r1-f1", ended).with_record(TornDown(1)))
+    assert not fleet_swap.torn_down(_ledger("r1-f1", billing).with_record(TornDown(0)))  # still billing

@@ -43,3 +43,16 @@ def test_sweep_takes_what_is_past_ttl_or_of_no_active_run():
     fresh_active = Found("instance", "i-new", "d", "r-active", "2026-11-29T18:00:00Z", 4)
     crashed = Found("capacity-reservation", "cr-x", "d", "r-crashed", "2026-11-29T18:00:00Z", 4)
     assert stale([old, fresh_active, crashed], now, {"r-active"}) == [old, crashed]
+
+
+def test_the_sweep_keeps_the_fleets_that_replaced_an_active_run_and_not_the_one_an_active_run_replaced():
+    now = T0 + dt.timedelta(hours=10)
+    created = "2026-11-29T18:00:00Z"
+    second = Found("instance", "i-second", "d", "r-active-f1", created, 4)     # production moved here
+    third = Found("capacity-reservation", "cr-3", "d", "r-active-f2", created, 4)
+    older = Found("instance", "i-older", "d", "r-older", created, 4)
+    assert stale([second, third, older], now, {"r-active"}) == [older]
+    first = Found("instance", "i-first", "d", "r-active", created, 4)  # the fleet an active -f1 replaced
+    assert stale([first, second], now, {"r-active-f1"}) == [first]
+    lookalike = Found("instance", "i-x", "d", "r-active2-f1", created, 4)
+    assert stale([lookalike], now, {"r-active"}) == [lookalike]

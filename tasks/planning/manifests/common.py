@@ -185,19 +185,24 @@ def node_selector(bp: Blueprint, role: str) -> dict[str, str]:
 
 
 def pin_to_fleet(objects: list[dict], run_id: str) -> list[dict]:
-    """``objects`` with every engine pod template selecting the nodes of ``run_id``'s fleet only.
-    A ``fleet`` update brings its candidate up on a second fleet while the first still holds
-    nodes of the same deployment and roles; without the pin a pod could land on the first fleet
-    and die with it when that fleet is released. The pin is no engine input: the stack revision
-    is unchanged. Returns new objects; ``objects`` is not modified."""
+    """``objects`` with every engine pod template selecting the nodes of ``run_id``'s fleet only,
+    and the routers that fleet's nodes or nodes pdlift did not launch (CPU nodes, which carry no
+    ``pdlift.io/role``). A ``fleet`` update brings its candidate up on a second fleet while the
+    first still holds nodes of the same deployment and roles; without the pin a pod could land on
+    the first fleet and die with it when that fleet is released. The pin is no engine input: the
+    stack revision is unchanged. Returns new objects; ``objects`` is not modified."""
     out = json.loads(json.dumps(objects))
     for obj in out:
-        if obj.get("kind") != "LeaderWorkerSet":
-            continue
-        lwt = obj["spec"]["leaderWorkerTemplate"]
-        for key in ("leaderTemplate", "workerTemplate"):
-            if key in lwt:
-                lwt[key]["spec"].setdefault("nodeSelector", {})[RUN_LABEL] = run_id
+        if obj.get("kind") == "LeaderWorkerSet":
+            lwt = obj["spec"]["leaderWorkerTemplate"]
+            for key in ("leaderTemplate", "workerTemplate"):
+                if key in lwt:
+                    lwt[key]["spec"].setdefault("nodeSelector", {})[RUN_LABEL] = run_id
+        elif obj.get("kind") == "Deployment":
+            terms = [{"matchExpressions": [{"key": RUN_LABEL, "operator": "In", "values": [run_id]}]},
+                     {"matchExpressions": [{"key": ROLE_LABEL, "operator": "DoesNotExist"}]}]  # ORed
+            obj["spec"]["template"]["spec"].setdefault("affinity", {})["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
     return out
 
 

@@ -17,3 +17,6 @@ def test_a_pinned_candidate_runs_on_its_own_fleets_nodes_though_the_other_fleet_
     pods = site.kube.pods(colour_namespace(bp, "green"), {"pdlift.io/colour": "green"})
     assert deployed.colour == "green" and len(pods) == 4
     assert {p.node for p in pods} == second  # one engine pod on each of the second fleet's nodes
+    routers = site.kube.pods(bp.name, {"pdlift.io/colour": "green", "app.kubernetes.io/component": "router"})
+    first = set(list(site.roles)[:4])
+    assert routers and not {p.node for p in routers} & first  # no router dies with the first fleet

@@ -1,10 +1,11 @@
-"""A fleet update cut off after production moved to its second fleet: the next run of the same
-run id, whatever strategy it asks for, releases the first fleet (its reservation included), and
-later updates of that run id go to the run that holds the fleet now."""
+"""A fleet update cut off after its switch, with production pointing at neither of its colours
+(say someone deleted the production Service meanwhile): the next run releases neither fleet and
+says so; a teardown of the first run releases the fleet that replaced it too."""
 
 import pytest
 
 from tasks.adapters.ledger_store import LedgerStore
+from tasks.errors import StageFailed
 from tasks.planning.records import Handover
 from tests.sandbox.stages.conftest import ROOT, tagged
 
@@ -12,35 +13,32 @@ BLUEPRINT = str(ROOT / "blueprints" / "sandbox-2p2d.yaml")
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_a_fleet_update_cut_off_after_its_switch_releases_the_first_fleet_on_the_next_run(sandbox_stack, aws_env,
-                                                                                         tmp_path):
+def test_a_cut_off_fleet_update_with_production_on_neither_colour_keeps_both_fleets_until_a_person_decides(
+        sandbox_stack, aws_env):
     from flows import pipeline
     from flows.launch import launch_flow
     from flows.redeploy import redeploy
     from flows.reserve import reserve_flow
     from flows.teardown import teardown_flow
-    from tasks.fleet import holder
 
     sandbox_stack.require("kube")
     first = reserve_flow(BLUEPRINT, "old")
     launch_flow(BLUEPRINT, "old")
-    second = reserve_flow(BLUEPRINT, "old-f1")  # the second fleet's reservation, billing since before the switch
+    second = reserve_flow(BLUEPRINT, "old-f1")  # the second fleet's reservation
     # What a worker killed right after the switch leaves: the handover recorded as switched.
     run = pipeline.start(BLUEPRINT, "old", hold=False)
     pipeline.done(run, Handover("old-f1", "green", "blue", "switched"))
+    before = tagged(aws_env, "sandbox-2p2d")
     try:
-        result = redeploy(BLUEPRINT, "old", strategy="recreate")
-        left = tagged(aws_env, "sandbox-2p2d")
-        assert result["strategy"] == "fleet" and "cut off after its switch" in result["strategy_reason"]
-        assert result["fleet_run_id"] == "old-f1" and result["previous_fleet_run_id"] == "old"
-        # Only the second fleet's reservation (and its placement group) bills; the first is gone.
-        assert left["reservations"] == [second.reservation_id] and "instances" not in left
-        assert first.reservation_id not in left["reservations"]
-        ledger = LedgerStore().load("sandbox-2p2d", "old")
-        assert ledger.handover().phase == "released" and not ledger.live()
-        assert result["extra_fleet_hours"] > 0 and result["extra_usd"] > 0  # both reservations billed a while
-        assert holder(BLUEPRINT, "old") == "old-f1"  # later updates of run old go to old-f1
-        assert holder(BLUEPRINT, "old-f1") == "old-f1"
+        with pytest.raises(StageFailed, match="routes to neither colour of the fleet update; both fleets are kept"):
+            redeploy(BLUEPRINT, "old", strategy="recreate")  # whatever is asked, the cut-off swap comes first
+        assert tagged(aws_env, "sandbox-2p2d") == before  # nothing released
+        assert sorted(before["reservations"]) == sorted([first.reservation_id, second.reservation_id])
+        assert len(before["instances"]) == 4
+        assert LedgerStore().load("sandbox-2p2d", "old").handover().phase == "switched"
+        # A teardown of the first run releases the fleet that replaced it as well.
+        released = teardown_flow(BLUEPRINT, "old")
+        assert any(second.reservation_id in line and "(run old-f1)" in line for line in released), released
+        assert tagged(aws_env, "sandbox-2p2d") == {}
     finally:
         teardown_flow(BLUEPRINT, None)
-    assert tagged(aws_env, "sandbox-2p2d") == {}
