@@ -1,12 +1,17 @@
 """Parse the ``-J FILE`` JSON document of nccl-tests (v2.18.5+; see ``src/util.cu``).
 
-Shape (JSON_FILE_VERSION 2): ``{"version", "args", "nccl_version", "config": {..., "devices":
+Shape (JSON_FILE_VERSION 2 and 3; 3, nccl-tests 2.19, adds ``start_time``): ``{"version",
+"args", "env", "nccl_version", "config": {..., "devices":
 [{rank, group, pid, hostname, device, device_hex, device_info}]}, "results": [{size, count,
 type, redop, root, out_of_place: {time, alg_bw, bus_bw, nwrong}, in_place: {...}}],
 "out_of_bounds": {count, okay}, "average_bus_bandwidth": {bandwidth, okay}, "errors": [...]}``.
 The writer prints booleans as the strings "true"/"false", ``root`` as a padded string and NaN
 as "nan"; all of that is accepted. The JSON carries no NCCL log: use ``with_log`` to add the
 EFA evidence and fatal lines from the same run's stdout.
+
+``env`` is every variable of the test's environment (``util.cu`` writes ``envp`` whole, in every
+version with -J): tokens and keys a node or ``mpirun -x`` carries end up in it. ``without_env`` drops it before a document
+is kept anywhere (recorded on an H200, nccl-tests 2.19.6: 86 variables).
 """
 
 from __future__ import annotations
@@ -189,6 +194,22 @@ def parse_nccl_json(text: str) -> NcclResult:
         concluded="end_time" in doc,
         warnings=tuple("error: " + _str(e, "errors[]")[:500] for e in errors if e)[:MAX_KEPT_LINES],
     )
+
+
+def without_env(text: str) -> str:
+    """``text`` with the document's ``env`` list left out (its count said instead). A document
+    that does not parse but names ``"env"`` (cut short by a timeout) is left out whole: what
+    was cut cannot be told from a secret's tail."""
+    if '"env"' not in text:
+        return text
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return '{"left_out": "an nccl-tests -J document cut short; it records the environment"}'
+    if isinstance(doc, dict) and "env" in doc:
+        env = doc["env"]
+        doc["env"] = f"left out: {len(env) if isinstance(env, list) else 'some'} variable(s) of the test's environment"
+    return json.dumps(doc)
 
 
 def with_log(result: NcclResult, log_text: str) -> NcclResult:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from tasks.adapters.ssh import SshNode, run_on_all
 from tasks.errors import ParseError, RemoteCommandTimeout, RemoteUnavailable, StageFailed
-from tasks.parsing.nccl_json import with_log
+from tasks.parsing.nccl_json import with_log, without_env
 from tasks.parsing.nccl_tests import parse_nccl_tests
 from tasks.parsing.pingpong import parse_pingpong
 from tasks.planning.fabric import NcclRun, PingpongRun, commands
@@ -36,7 +36,9 @@ class Runner:
     def max_parallel(self) -> int:
         return self.shell.settings.max_parallel
 
-    def run(self, node: SshNode, cmd: commands.Command, test_id: str, on_line: OnLine | None = None) -> Ran:
+    def run(self, node: SshNode, cmd: commands.Command, test_id: str, on_line: OnLine | None = None,
+            clean: Callable[[str], str] = lambda stdout: stdout) -> Ran:
+        """``clean``: what of stdout is kept and returned (an nccl-tests document without its env)."""
         lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
 
         def collect(stream: str, line: str) -> None:
@@ -55,7 +57,7 @@ class Runner:
             timed_out, error = True, str(e)
         except RemoteUnavailable as e:
             error = str(e)
-        ran = Ran(node.name, cmd.shown, code, "\n".join(lines["stdout"]), "\n".join(lines["stderr"]),
+        ran = Ran(node.name, cmd.shown, code, clean("\n".join(lines["stdout"])), "\n".join(lines["stderr"]),
                   time.monotonic() - start, timed_out, error)
         self._keep(test_id, ran)
         return ran
@@ -69,7 +71,7 @@ class Runner:
         ran = self.run(node, build(path), test_id)
         doc = ""
         if ran.error is None or ran.timed_out:
-            fetched = self.run(node, commands.fetch_and_remove(path), f"{test_id}.json")
+            fetched = self.run(node, commands.fetch_and_remove(path), f"{test_id}.json", clean=without_env)
             doc = fetched.stdout if fetched.ok else ""
         log = f"{ran.stdout}\n{ran.stderr}"
         result, problem = None, None

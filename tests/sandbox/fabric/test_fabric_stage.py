@@ -66,6 +66,10 @@ def test_four_healthy_nodes_pass_every_layer_with_three_pairwise_rounds_and_keep
     assert all(v >= 300 for v in saved["figures"]["single_node_all_reduce_busbw_gbs"].values())
     raw = sorted((tmp_path / "fabric" / "raw").iterdir())
     assert any("mpirun" in p.read_text() and "NET/OFI Selected Provider is efa" in p.read_text() for p in raw)
+    # The -J documents are kept, but not the login environment nccl-tests writes into them.
+    documents = [p.read_text() for p in raw if p.name.endswith(".json.txt")]
+    assert documents and all("variable(s) of the test's environment" in d for d in documents)
+    assert not any("SSH_CONNECTION=" in p.read_text() or "HOME=" in p.read_text() for p in raw)
     for n in nodes:
         assert n.name in markdown
     assert "## Pair matrix" in markdown and "| PASS |" in markdown

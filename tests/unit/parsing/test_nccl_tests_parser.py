@@ -281,3 +281,40 @@ def test_a_row_lost_mid_sweep_is_a_warning_not_the_point_where_the_test_stopped(
     result = parse_nccl_tests(text)
     assert result.incomplete_row is None and busbw_at(result, GIB) == 443.72
     assert "the 1073741824 B row was cut short and lost" in result.warnings
+
+
+# --- recorded on an H200 (nccl-tests 2.19.6, NCCL 2.28.9, one GPU: busbw is 0 by its factor) ---
+
+def test_a_recorded_single_h200_all_reduce_reads_13_rows_with_zero_bus_bandwidth():
+    result = parse_nccl_tests(read("nccl_allreduce_1x_h200_recorded.txt"))
+    assert result.collective == "all_reduce_perf" and len(result.rows) == 13
+    assert {r.dtype for r in result.rows} == {"bfloat16"}
+    assert result.rows[-1].size_bytes == 128 << 20 and result.rows[-1].out_of_place.algbw_gbs == 2019.2
+    assert busbw_at(result, 128 << 20) == 0.0  # (n-1)/n with n = 1 rank
+    assert result.out_of_bounds == 0 and result.avg_busbw_gbs == 0.0
+
+
+def test_a_recorded_version_3_document_reads_and_its_environment_is_left_out_before_it_is_kept():
+    from tasks.parsing.nccl_json import without_env
+
+    text = read("nccl_sendrecv_1x_h200_recorded.json")
+    assert json.loads(text)["version"] == 3 and "pdlift-canary-9f2c-never-stored" in text
+    kept = without_env(text)
+    assert "pdlift-canary-9f2c-never-stored" not in kept and "AWS_SECRET_ACCESS_KEY" not in kept
+    assert json.loads(kept)["env"] == "left out: 3 variable(s) of the test's environment"
+    assert parse_nccl_json(kept) == parse_nccl_json(text)  # nothing the judge reads is lost
+    result = parse_nccl_json(kept)
+    assert result.collective == "sendrecv_perf" and result.nccl_version == "2.28.9" and len(result.rows) == 8
+    # cut short by a timeout: what follows "env" cannot be told from a secret's tail
+    cut = text[:text.index("pdlift-canary") + 10]
+    assert "pdlift-canary" not in without_env(cut) and "cut short" in without_env(cut)
+    older = read("nccl_sendrecv_pair.json")  # version 2 wrote its env too
+    assert "FI_PROVIDER=efa" in older and "FI_PROVIDER=efa" not in without_env(older)
+    no_env = json.dumps({k: v for k, v in json.loads(older).items() if k != "env"})
+    assert without_env(no_env) == no_env
+
+
+def test_a_recorded_run_that_fell_back_to_sockets_shows_no_efa_evidence():
+    result = parse_nccl_tests(read("nccl_alltoall_1x_h200_socket_recorded.txt"))
+    assert result.evidence.networks == ("Socket",) and result.evidence.socket
+    assert result.evidence.providers == () and not result.evidence.gdrdma

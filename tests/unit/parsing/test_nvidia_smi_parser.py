@@ -64,3 +64,10 @@ def test_to_json_gives_plain_json():
 def test_text_that_is_not_an_inventory_is_a_parse_error(text):
     with pytest.raises(ParseError):
         parse_nvidia_smi(text)
+
+
+def test_a_recorded_h200_inventory_reads_as_one_gpu_of_143771_mib():
+    inventory = parse_nvidia_smi(read("nvidia_smi_query_h200_recorded.csv"))
+    [gpu] = inventory.gpus
+    assert gpu.name == "NVIDIA H200" and gpu.memory_total_mib == 143771 and gpu.driver_version == "580.159.04"
+    assert gpu.uuid in read("nvidia_smi_L_h200_recorded.txt")
