@@ -246,31 +246,33 @@ def fleet(run: Run) -> dict:
                 raise
             if fleet_tasks.production_on(run, handover.colour):
                 log.error(f"{bp.name}: {type(e).__name__} after production switched to {handover.colour}: {e}")
+                if not isinstance(e, Exception):  # cancelled: the switch is recorded, the next run settles
+                    pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)
+                    raise
             else:
-                why = f"{type(e).__name__}: {e}"
-                _abandon(run, second, pipeline.done(run, dataclasses.replace(handover, phase="abandoning", note=why),
-                                                    keep_lease=True))
-                raise StageFailed(f"{bp.name}: the fleet update stopped before its switch ({e}); {live} is "
-                                  f"untouched and the second fleet (run {second.run_id}) was released") from e
+                _give_up(run, second, handover, f"{type(e).__name__}: {e}", e,
+                         f"the fleet update stopped before its switch ({e}); {live} is untouched")
         handover = pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)
     else:
         log.warning(f"{bp.name}: an earlier fleet update switched production to {handover.colour} (run "
                     f"{handover.successor}) and was cut off; settling which fleet stays")
         second = pipeline.start(run.blueprint_path, handover.successor)
-    # The old colour kept for the keep window (a person may switch back meanwhile), drained and
-    # deleted; then whichever fleet production does not use goes.
+    # Which fleet goes is decided by what production routes to: before the old colour is retired,
+    # and again after its keep window (a person may switch back meanwhile).
     mark = time.monotonic()
-    promote_tasks.retire_previous_colour(second, Promotion(handover.colour, handover.previous_colour, ()))
+    for check in ("switch", "keep window"):
+        action = fleet_tasks.settle(run, handover)
+        if action == "stop":
+            raise StageFailed(f"{bp.name}: after the {check}, production routes to neither colour of the fleet update "
+                              f"that answers; both fleets are kept (runs {run.run_id} and {handover.successor})")
+        if action == "abandon":
+            why = f"production was switched back to {handover.previous_colour} (seen after the {check})"
+            _give_up(run, second, handover, why, None, why)
+        if handover.phase != "switched":  # switched just before a crash could record it
+            handover = pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)
+        if check == "switch":
+            promote_tasks.retire_previous_colour(second, Promotion(handover.colour, handover.previous_colour, ()))
     phases["keep_and_retire"] = round(time.monotonic() - mark, 3)
-    action = fleet_tasks.settle(run, handover)
-    if action == "stop":
-        raise StageFailed(f"{bp.name}: production routes to neither colour of the fleet update; both fleets are "
-                          f"kept (runs {run.run_id} and {handover.successor})")
-    if action == "abandon":
-        why = f"production was switched back to {handover.previous_colour} during the keep window"
-        _abandon(run, second, pipeline.done(run, dataclasses.replace(handover, phase="abandoning", note=why),
-                                            keep_lease=True))
-        raise StageFailed(f"{bp.name}: {why}; the second fleet (run {second.run_id}) was released")
     fleet_tasks.verify_production(run, handover.colour)  # raises, releasing nothing, if it does not answer
     mark = time.monotonic()
     handover = pipeline.done(run, fleet_tasks.release(run, handover), keep_lease=True)
@@ -312,6 +314,20 @@ def _abandon(run: Run, second: Run, handover) -> None:
     """The second fleet released, the handover marked abandoned, both ledgers published."""
     pipeline.done(run, fleet_tasks.abandon(run, second, handover), keep_lease=True)
     pipeline_tasks.publish_ledgers([run, second])
+
+
+def _give_up(run: Run, second: Run, handover, why: str, cause: BaseException | None, what: str) -> None:
+    """Record the abandon before its cleanup (a cut-off cleanup is finished by the next run),
+    release the second fleet, and raise saying what happened, the cleanup's own failure too."""
+    bp = run.blueprint
+    try:
+        _abandon(run, second, pipeline.done(run, dataclasses.replace(handover, phase="abandoning", note=why),
+                                            keep_lease=True))
+    except Exception as cleanup:
+        raise StageFailed(f"{bp.name}: {what}; releasing the second fleet (run {second.run_id}) failed too "
+                          f"({cleanup}): the next run of this update finishes it, or `pdlift teardown "
+                          f"{run.blueprint_path} --run-id {second.run_id}`") from (cause or cleanup)
+    raise StageFailed(f"{bp.name}: {what}; the second fleet (run {second.run_id}) was released") from cause
 
 
 @flow(name="recreate")

@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from blueprints.loader import load_blueprint
+from tasks.errors import PdliftError
 from tasks.planning import fleet_swap as books
 from tasks.planning.identity import artifact_key
 from tasks.planning.ledger import now_str
@@ -106,15 +107,24 @@ def production_on(run: Run, colour: str) -> bool:
 
 @task(cache_policy=NO_CACHE)
 def settle(run: Run, handover: Handover) -> books.Settle:
-    """After the switch: which fleet goes, by what production routes to now."""
-    with Wiring(run.blueprint) as wiring:
-        production = deploy_stage.live_colour(run.blueprint, wiring.kube)
-    action = books.settle_action(handover, production)
+    """After the switch: which fleet goes, by what production routes to now (and, when that is the
+    previous colour again, whether its routers still answer)."""
+    bp, log = run.blueprint, get_run_logger()
+    with Wiring(bp) as wiring:
+        production = deploy_stage.live_colour(bp, wiring.kube)
+        answers = True
+        if production == handover.previous_colour:
+            try:
+                promote_stage.check_traffic(bp, production, wiring.routing, wiring.engines, timeout_s=30.0)
+            except PdliftError as e:
+                answers = False
+                log.critical(f"{bp.name}: production routes to {production} again, but it does not answer ({e})")
+    action = books.settle_action(handover, production, answers)
     if action == "stop":
-        get_run_logger().critical(f"{run.blueprint.name}: production routes to {production or 'nothing'}, neither "
-                                  f"{handover.colour} (run {handover.successor}) nor {handover.previous_colour} (run "
-                                  f"{run.run_id}); both fleets are kept: point production at one, then run the update "
-                                  "again")
+        log.critical(f"{bp.name}: production routes to {production or 'nothing'} and the fleet update cannot tell "
+                     f"which fleet to release; both are kept: {handover.colour} on run {handover.successor}, "
+                     f"{handover.previous_colour} on run {run.run_id}. Point production at one that answers, then run "
+                     "the update again")
     return action
 
 
@@ -134,8 +144,7 @@ def release(run: Run, handover: Handover) -> Handover:
              f"{handover.successor})")
     with Wiring(bp) as wiring:
         report = stage.release(bp, wiring.capacity, wiring.instances, wiring.kube, run.run_id)
-    for found in report.released:
-        run.ended(found.kind, found.resource_id)
+    _end_released(run, report)
     for line in report.lines():
         log.info(f"{bp.name}: {line}")
     return dataclasses.replace(handover, phase="released", note="; ".join(report.lines()) or "nothing to release")
@@ -150,13 +159,24 @@ def abandon(run: Run, second: Run, handover: Handover) -> Handover:
               f"{second.run_id}; {handover.previous_colour} stays live")
     with Wiring(bp) as wiring:
         report = stage.abandon(bp, wiring.kube, wiring.capacity, wiring.instances, second.run_id, handover.colour)
-    for found in report.released:
-        second.ended(found.kind, found.resource_id)
+    _end_released(second, report)
     for line in report.kept:
         log.warning(f"{bp.name}: {line}")
     released = "; ".join(f"{f.kind} {f.resource_id}" for f in report.released) or "nothing had been made"
     log.warning(f"{bp.name}: second fleet released: {released}")
     return dataclasses.replace(handover, phase="abandoned", note=f"{handover.note} (released: {released})")
+
+
+def _end_released(run: Run, report) -> None:
+    """End what the release freed in ``run``'s ledger, and whatever else it still lists as
+    billing: the release found nothing else tagged with the run, so an entry still open is one an
+    earlier, cut-off release freed before it could say so."""
+    for found in report.released:
+        run.ended(found.kind, found.resource_id)
+    run.reload()
+    for entry in run.ledger.live():
+        if entry.kind != "capacity-block":  # a block bills to its end whatever is released
+            run.ended(entry.kind, entry.resource_id)
 
 
 @task(cache_policy=NO_CACHE)

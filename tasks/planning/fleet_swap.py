@@ -75,9 +75,13 @@ def next_step(handover: Handover | None, production_colour: str | None, successo
         return "none"
     if handover.phase == "abandoning":
         return "abandon"
-    if handover.phase == "switched" or production_colour == handover.colour:
+    if handover.phase == "switched":
         return "settle"
-    return "none" if successor_torn_down else "build"
+    # Building: a second fleet torn down by hand is gone, whatever production routes to since
+    # (another strategy may have moved it to the colour the swap would have used).
+    if successor_torn_down:
+        return "none"
+    return "settle" if production_colour == handover.colour else "build"
 
 
 def torn_down(successor: Ledger | None) -> bool:
@@ -85,16 +89,18 @@ def torn_down(successor: Ledger | None) -> bool:
     return successor is not None and "teardown" in successor.records and not successor.live()
 
 
-def settle_action(handover: Handover, production_colour: str | None) -> Settle:
+def settle_action(handover: Handover, production_colour: str | None, previous_answers: bool = True) -> Settle:
     """After the switch, which fleet goes, by what production routes to now:
 
     release  the candidate (on the second fleet): the first fleet goes
-    abandon  the previous colour again (someone switched back in the keep window): the second goes
-    stop     neither colour, or production cannot be read: nothing is released; a person decides
+    abandon  the previous colour again (someone switched back in the keep window): the second goes,
+             provided the previous colour still answers (``previous_answers``)
+    stop     neither colour, the previous one without answering engines, or production cannot
+             be read: nothing is released or deleted; a person decides
     """
     if production_colour == handover.colour:
         return "release"
-    if production_colour == handover.previous_colour:
+    if production_colour == handover.previous_colour and previous_answers:
         return "abandon"
     return "stop"
 

@@ -38,6 +38,7 @@ def test_the_second_fleet_takes_the_next_linked_run_id():
     ("building", None, False, "build"),
     ("building", "blue", True, "none"),         # ... unless someone tore that fleet down meanwhile
     ("building", "green", False, "settle"),     # switched, crashed before recording it
+    ("building", "green", True, "none"),        # torn down by hand; another strategy moved production since
     ("switched", "green", False, "settle"),
     ("switched", "blue", False, "settle"),      # switched back by hand: settle decides which fleet goes
 ])
@@ -47,13 +48,17 @@ def test_a_rerun_goes_on_building_settles_or_finishes_an_abandon_by_where_the_sw
     assert fleet_swap.next_step(handover, production, torn) == step
 
 
-@pytest.mark.parametrize("production, action", [
-    ("green", "release"),   # on the candidate: the first fleet goes
-    ("blue", "abandon"),    # switched back to the previous colour in the keep window: the second goes
-    (None, "stop"),         # production cannot be read, or routes nowhere: nothing is released
+@pytest.mark.parametrize("production, previous_answers, action", [
+    ("green", True, "release"),   # on the candidate: the first fleet goes
+    ("green", False, "release"),
+    ("blue", True, "abandon"),    # switched back to the previous colour in the keep window: the second goes
+    ("blue", False, "stop"),      # ... unless that colour's engines are gone: the candidate is all there is
+    (None, True, "stop"),         # production cannot be read, or routes nowhere: nothing is released
 ])
-def test_after_the_switch_the_fleet_production_does_not_use_is_the_one_released(production, action):
-    assert fleet_swap.settle_action(Handover("r1-f1", "green", "blue", "switched"), production) == action
+def test_after_the_switch_the_fleet_production_does_not_use_is_the_one_released(production, previous_answers,
+                                                                                 action):
+    handover = Handover("r1-f1", "green", "blue", "switched")
+    assert fleet_swap.settle_action(handover, production, previous_answers) == action
 
 
 def test_the_fleets_that_replaced_a_run_descend_from_it_and_a_teardown_of_it_follows_them():

@@ -30,7 +30,7 @@ def test_a_cut_off_fleet_update_with_production_on_neither_colour_keeps_both_fle
     pipeline.done(run, Handover("old-f1", "green", "blue", "switched"))
     before = tagged(aws_env, "sandbox-2p2d")
     try:
-        with pytest.raises(StageFailed, match="routes to neither colour of the fleet update; both fleets are kept"):
+        with pytest.raises(StageFailed, match="routes to neither colour of the fleet update that answers; both fleets are kept"):
             redeploy(BLUEPRINT, "old", strategy="recreate")  # whatever is asked, the cut-off swap comes first
         assert tagged(aws_env, "sandbox-2p2d") == before  # nothing released
         assert sorted(before["reservations"]) == sorted([first.reservation_id, second.reservation_id])
