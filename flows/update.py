@@ -226,13 +226,12 @@ def fleet(run: Run) -> dict:
     """The fleet sequence; returns its outcome, the second fleet's run id, each phase's seconds
     and the extra fleet-hours (both fleets billing) from the two ledgers."""
     log, bp = get_run_logger(), run.blueprint
-    handover, step = fleet_tasks.where(run)
+    handover, step, live = fleet_tasks.where(run)
     phases: dict[str, float] = {}
     if step == "abandon":  # cut off while giving its second fleet up: finish that first
         _abandon(run, pipeline.start(run.blueprint_path, handover.successor), handover)
         handover, step = dataclasses.replace(handover, phase="abandoned"), "none"
     if step in ("none", "build"):
-        live = tasks.live_colour(run)
         if live is None:
             raise StageFailed(f"{bp.name}: nothing is live to update; run `pdlift deploy` (or migrate) first")
         fleet_tasks.check_owner(run, live)
@@ -244,7 +243,7 @@ def fleet(run: Run) -> dict:
         except BaseException as e:  # a cancellation too: the second fleet must not be left billing
             if isinstance(e, Pause):  # Prefect suspending or rescheduling the run: it comes back
                 raise
-            if fleet_tasks.production_on(run, handover.colour):
+            if tasks.live_colour(run) == handover.colour:
                 log.error(f"{bp.name}: {type(e).__name__} after production switched to {handover.colour}: {e}")
                 if not isinstance(e, Exception):  # cancelled: the switch is recorded, the next run settles
                     pipeline.done(run, dataclasses.replace(handover, phase="switched"), keep_lease=True)

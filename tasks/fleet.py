@@ -44,21 +44,21 @@ def holder(blueprint_path: str, run_id: str | None) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def where(run: Run) -> tuple[Handover | None, books.Step]:
-    """An earlier fleet update of this run's fleet, and what this run does about it first. A
-    second fleet someone tore down by hand before its switch counts as abandoned."""
+def where(run: Run) -> tuple[Handover | None, books.Step, str | None]:
+    """An earlier fleet update of this run's fleet, what this run does about it first, and the
+    colour production routes to. A second fleet someone tore down by hand before its switch
+    counts as abandoned."""
     run.reload()
     handover = run.ledger.handover()
     bp = run.blueprint
     with Wiring(bp) as wiring:
         production = deploy_stage.live_colour(bp, wiring.kube)
-        successor = wiring.ledgers.load(bp.name, handover.successor) if handover else None
-    step = books.next_step(handover, production, books.torn_down(successor))
+    step = books.next_step(handover, production, books.torn_down(run.successor()))
     if handover is not None and step == "none" and handover.phase == "building":
         get_run_logger().warning(f"{bp.name}: the second fleet of an earlier fleet update, run {handover.successor}, "
                                  "was torn down before its switch; a new one is built")
         handover = dataclasses.replace(handover, phase="abandoned", note="torn down before its switch")
-    return handover, step
+    return handover, step, production
 
 
 @task(cache_policy=NO_CACHE)
@@ -97,12 +97,6 @@ def same_window_baseline(run: Run, second: Run, live: str, measured: bench.Bench
     get_run_logger().info(f"{bp.name}: the live {live} measured in the same window ({measured.target}); the "
                           "candidate is judged against it")
     return key
-
-
-@task(cache_policy=NO_CACHE)
-def production_on(run: Run, colour: str) -> bool:
-    with Wiring(run.blueprint) as wiring:
-        return deploy_stage.live_colour(run.blueprint, wiring.kube) == colour
 
 
 @task(cache_policy=NO_CACHE)

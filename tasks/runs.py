@@ -47,6 +47,11 @@ class Run:
         """The stage of ``record`` is done (only the pipeline runner calls this)."""
         self._update(lambda ledger: ledger.with_record(record))
 
+    def successor(self) -> Ledger | None:
+        """The ledger of the run a fleet update of this run's fleet handed (or hands) it to."""
+        handover = self.ledger.handover()
+        return self.store.load(self.blueprint.name, handover.successor) if handover else None
+
     def reload(self) -> None:
         """Read the ledger again (another flow of this run may have written it since)."""
         self.ledger = self.store.load(self.blueprint.name, self.run_id) or self.ledger

@@ -38,9 +38,7 @@ def choose_strategy(run: Run, requested: strategy.Strategy = "auto") -> strategy
     with Wiring(bp) as wiring:
         kube = wiring.kube
         live = deploy_stage.live_colour(bp, kube)
-        handover = run.ledger.handover()
-        successor = wiring.ledgers.load(bp.name, handover.successor) if handover else None
-        swap = fleet_swap.next_step(handover, live, fleet_swap.torn_down(successor))
+        swap = fleet_swap.next_step(run.ledger.handover(), live, fleet_swap.torn_down(run.successor()))
         if swap != "none":
             # A fleet update was cut off: only fleet can finish it (go on building its second
             # fleet, settle which fleet stays, or finish releasing the second); anything else

@@ -14,7 +14,8 @@ Sources, later ones win, read at use time (so a test can change the file while e
    (prefill, decode, both, mixed, router, master), ``namespace`` (env POD_NAMESPACE or
    PDLIFT_SANDBOX_NAMESPACE), ``pod`` (env POD_NAME or HOSTNAME), ``port`` (as a string). A match
    value may be a list (any of). ``args_contain`` matches a substring of the engine's command line
-   (a candidate told apart from the version it replaces in the same pods by a flag it adds).
+   (a candidate told apart from the version it replaces in the same pods by a flag it adds). This
+   is a test's aim for a fault, not a behaviour of any engine: it changes nothing an engine says.
 
 Faults (all off by default):
     crash_at_start: str | bool   exit 1 at start with this message

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from blueprints.schema import Blueprint
 from tasks.errors import PdliftError, StageFailed
-from tasks.planning.manifests.common import DEPLOYMENT_LABEL, RUN_LABEL, colour_namespace, stable_namespace
+from tasks.planning.manifests.common import COLOUR_LABEL, DEPLOYMENT_LABEL, RUN_LABEL, colour_namespace, stable_namespace
 from tasks.planning.manifests.router import selector as router_selector
 from tasks.stages import deploy as deploy_stage
 from tasks.stages import teardown
@@ -31,14 +31,14 @@ def _fleet_nodes(bp: Blueprint, kube: KubeObjects, run_id: str) -> set[str]:
 
 
 def _colour_pods(bp: Blueprint, kube: KubeObjects, colour: str):
-    return (kube.pods(colour_namespace(bp, colour), {"pdlift.io/colour": colour})
+    return (kube.pods(colour_namespace(bp, colour), {COLOUR_LABEL: colour})
             + kube.pods(stable_namespace(bp), router_selector(bp, colour)))
 
 
 def check_owner(bp: Blueprint, kube: KubeObjects, live: str, run_id: str) -> None:
     """Refuse (nothing touched) unless every engine pod of ``live`` runs on run ``run_id``'s nodes."""
     mine = _fleet_nodes(bp, kube, run_id)
-    engines = kube.pods(colour_namespace(bp, live), {"pdlift.io/colour": live})
+    engines = kube.pods(colour_namespace(bp, live), {COLOUR_LABEL: live})
     elsewhere = sorted(f"{p.name} on {p.node or 'no node'}" for p in engines if p.node not in mine)
     if not engines or elsewhere:
         what = ", ".join(elsewhere[:4]) if engines else "no engine pods found"

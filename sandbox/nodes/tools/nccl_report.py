@@ -3,9 +3,10 @@
 
 Faithful quirks kept on purpose, because parsers must cope with the real thing: JSON booleans
 are the strings "true"/"false", `root` is a 6-wide string, `nwrong` is null when not checked.
-The JSON "env" list is the whole environment, as util.cu writes ``envp`` (JSON_FILE_VERSION 3,
-nccl-tests 2.19.6, recorded on an H200: tests/fixtures/outputs/nccl_sendrecv_1x_h200_recorded.json):
-whoever keeps the document must leave it out."""
+The JSON "env" list is the whole environment: NVIDIA/nccl-tests src/util.cu writes ``jsonKey("env")``
+then one ``jsonStr`` per entry of ``envp``, with ``JSON_FILE_VERSION 3`` (nccl-tests 2.19.6; recorded
+on an H200: tests/fixtures/outputs/nccl_sendrecv_1x_h200_recorded.json). Whoever keeps the document
+must leave it out (tests/sandbox/fabric/test_fabric_stage.py holds the product to that)."""
 
 from __future__ import annotations
 
