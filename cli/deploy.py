@@ -1,10 +1,12 @@
-"""`pdlift deploy BLUEPRINT [--render-only DIR] [--colour blue|green]`: stage 5 from the terminal."""
+"""`pdlift deploy BLUEPRINT [--render-only DIR] [--colour blue|green]`: stage 5 from the terminal,
+with the pods Ready per role as a progress bar on stderr (``cli.progress``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from cli.common import add_run_id, print_record
+from cli.progress import progress_bar
 from cli.server import ensure_api
 from tasks.runs import run_id_of
 
@@ -24,8 +26,9 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
 
     run_id = run_id_of(bp, args.run_id)
     ensure_api()
-    print_record(run_id, deploy_flow(args.blueprint, run_id, colour=args.colour,
-                                     rollback_on_failure=args.rollback_on_failure))
+    with progress_bar():
+        deployed = deploy_flow(args.blueprint, run_id, colour=args.colour, rollback_on_failure=args.rollback_on_failure)
+    print_record(run_id, deployed)
     return 0
 
 

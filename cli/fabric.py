@@ -1,5 +1,6 @@
 """`pdlift fabric validate BLUEPRINT` (stage 3) and `pdlift fabric parse KIND FILE` (log analysis).
 
+`validate` shows the stage's progress (layers, pair rounds) on stderr (``cli.progress``).
 `parse` reads what an operator saved from a node (nccl-tests text or -J JSON, fi_pingpong,
 fi_info, nvidia-smi) with the same parsers the stage uses; `--json` prints the parsed record.
 """
@@ -11,6 +12,7 @@ import json
 import sys
 
 from cli.common import add_run_id, print_record, resolve_run_id
+from cli.progress import progress_bar
 from cli.server import ensure_api
 from tasks.errors import ConfigError
 
@@ -22,7 +24,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     run_id = resolve_run_id(args.blueprint, args.run_id)
     ensure_api()
-    print_record(run_id, fabric_flow(args.blueprint, run_id))
+    with progress_bar():
+        verdict = fabric_flow(args.blueprint, run_id)
+    print_record(run_id, verdict)
     return 0
 
 

@@ -21,8 +21,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     before_flow()
     result = sweep_flow(args.region, args.apply, args.active_run)
-    verb = "released" if args.apply else "would release (dry run; --apply to release)"
     for f in result["stale"]:
+        verb = f["action"] + ("" if args.apply else " (dry run; --apply to release)")
         print(f"{verb}: {f['kind']} {f['resource_id']} deployment={f['deployment']} run={f['run_id']} "
               f"created={f['created_at']} ttl={f['ttl_hours']}h")
     if not result["stale"]:

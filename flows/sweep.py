@@ -13,6 +13,6 @@ def sweep_flow(region: str = "us-east-2", apply: bool = False, active_runs: list
     result = teardown.sweep(region, apply, active_runs or [])
     rows = [{"kind": f["kind"], "id": f["resource_id"], "deployment": f["deployment"], "run": f["run_id"],
              "created": f["created_at"], "ttl_h": f["ttl_hours"],
-             "action": ("released" if apply else "would release")} for f in result["stale"]]
+             "action": f["action"]} for f in result["stale"]]
     create_table_artifact(table=rows or [{"kind": "-", "id": "nothing stale"}], key="sweep-report")
     return result

@@ -1,14 +1,18 @@
 """The README's main job: the whole migration against the local sandbox, through Prefect.
 
-Starts a local Prefect server (SQLite, 127.0.0.1) and the sandbox, deploys prefect.yaml, starts a
-process worker, triggers `migrate` on the sandbox blueprint through the REST API, follows it to
-the end and prints the summary and where to look in the UI. `--down` stops everything it started.
+Installs what is missing, starts the sandbox and a local Prefect server (SQLite, 127.0.0.1), deploys
+prefect.yaml, starts a process worker, triggers `migrate` on the sandbox blueprint through the
+REST API, follows it to the end and prints the summary and where to look in the UI. It prints a
+short header, one line per step and per stage; every tool's own output and the run's log go to
+<state>/demo/demo.log (`--verbose` shows them here too). `--down` stops everything it started.
 Everything it starts is recorded by PID under .pdlift/demo/ and nothing else is ever signalled.
+Runs on the system's Python (3.11+): it installs .venv itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import signal
@@ -19,16 +23,23 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import demo_view
+
 REPO = Path(__file__).resolve().parents[1]
-STATE = Path(os.environ.get("PDLIFT_STATE_DIR") or REPO / ".pdlift")
+STATE = Path(os.environ.get("PDLIFT_STATE_DIR") or REPO / ".pdlift").resolve()
 DEMO = STATE / "demo"
-PY = Path(sys.executable)
-BIN = PY.parent
+LOG = DEMO / "demo.log"
+BIN = REPO / ".venv" / "bin"
 PORT = int(os.environ.get("PDLIFT_PREFECT_PORT", "4200"))
 API = f"http://127.0.0.1:{PORT}/api"
 UI = f"http://127.0.0.1:{PORT}"
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+TERMINAL = demo_view.TERMINAL
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+VERBOSE = False
+TAIL_LINES = 20  # of the log, when a step fails
+NOTIFICATIONS = DEMO / "notifications.jsonl"  # what the automations sent to the demo's loopback webhook
+ENV_FILE = DEMO / "demo.env"  # what a shell needs to run pdlift against the demo (`set -a; . demo.env`)
+SET_UP = "PDLIFT_DEMO_SET_UP"  # set when .venv's Python re-runs the demo after the setup
 
 
 def base_env() -> dict[str, str]:
@@ -38,7 +49,11 @@ def base_env() -> dict[str, str]:
            "PREFECT_UI_API_URL": API, "PREFECT_WORKER_QUERY_SECONDS": "1",
            "PREFECT_CLI_PROMPT": "false", "PDLIFT_REPO": str(REPO), "PDLIFT_STATE_DIR": str(STATE),
            "PYTHONPATH": str(REPO)}
-    env_file = STATE / "sandbox.env"
+    return {**env, **_sandbox_env()}
+
+
+def _sandbox_env() -> dict[str, str]:
+    env_file, env = STATE / "sandbox.env", {}
     if env_file.exists():
         for line in env_file.read_text().splitlines():
             if line.startswith("export ") and "=" in line:
@@ -64,7 +79,7 @@ def http(method: str, path: str, body: dict | None = None, timeout: float = 10.0
             time.sleep(min(0.5 * 2 ** attempt, 5.0))
 
 
-def wait_for(check, what: str, timeout_s: float) -> None:
+def wait_for(check, what: str, timeout_s: float, log: Path = LOG) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -73,7 +88,45 @@ def wait_for(check, what: str, timeout_s: float) -> None:
         except (OSError, urllib.error.URLError, ValueError):
             pass
         time.sleep(0.5)
-    sys.exit(f"demo: {what} did not come up within {timeout_s:.0f}s (logs: {DEMO})")
+    fail(f"{what} did not come up within {timeout_s:.0f} s", log)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+    note(text)
+
+
+def note(text: str) -> None:
+    """A line for the log only (shown too with --verbose)."""
+    DEMO.mkdir(parents=True, exist_ok=True)
+    with open(LOG, "a") as log:
+        log.write(text + "\n")
+    if VERBOSE:
+        print(f"    | {text}", flush=True)
+
+
+def fail(why: str, log: Path = LOG) -> None:
+    """The failing step's last lines (from its own log: a component's, else the demo's), and where the rest is."""
+    lines = log.read_text(errors="replace").splitlines()[-TAIL_LINES:] if log.exists() else []
+    print("\n".join(f"    | {line}" for line in lines), file=sys.stderr)
+    sys.exit(f"demo: {why}" + (f"\n  its log: {log}" if log != LOG else "") + f"\n  full log: {LOG}")
+
+
+def step(what: str, cmd: list[str], env: dict[str, str] | None = None, check: bool = True) -> float:
+    """Run a tool with its output in the log; one line saying what and how long."""
+    t0 = time.monotonic()
+    note(f"$ {' '.join(cmd)}")
+    with open(LOG, "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for chunk in proc.stdout:  # into the log always; on the terminal too with --verbose
+            log.write(chunk)
+            if VERBOSE:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        proc.wait()
+    if check and proc.returncode != 0:
+        fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
+    return time.monotonic() - t0
 
 
 def start(name: str, argv: list[str], env: dict[str, str]) -> int:
@@ -116,12 +169,30 @@ def stop(name: str) -> None:
     print(f"demo: stopped {name} (pid {pid})")
 
 
-def run(cmd: list[str], env: dict[str, str]) -> None:
-    subprocess.run(cmd, env=env, cwd=REPO, check=True)
+def header(blueprint: str, postgres: bool) -> None:
+    say(f"pdlift demo: the whole migration of {blueprint} against the local sandbox (AWS, EKS and GPU nodes "
+        f"stood in for on 127.0.0.1)")
+    say("  setup, sandbox, Prefect server" + (" on PostgreSQL" if postgres else "") + ", deployments and a "
+        "worker; then the `migrate` deployment over REST: reserve, launch, fabric, weights, deploy, benchmark+gate")
+    say(f"  Prefect UI: {UI}    tool output and the run's log: {LOG}" + ("" if VERBOSE else " (--verbose: here too)"))
 
 
-def up(postgres: bool = False) -> dict[str, str]:
-    run([str(REPO / "scripts" / "sandbox"), "up"], {**os.environ, "PDLIFT_STATE_DIR": str(STATE)})
+def setup() -> None:
+    """Install what is missing, then go on in .venv's Python (its boto3 and Prefect, whatever the
+    system's Python has)."""
+    seconds = step("setup", [str(REPO / "scripts" / "setup")])
+    say(f"demo: setup (what was missing installed into .venv)   {seconds:6.1f} s")
+    venv_python = BIN / "python"
+    if Path(sys.executable).resolve() != venv_python.resolve():
+        os.execve(venv_python, [str(venv_python), __file__, *sys.argv[1:]], {**os.environ, SET_UP: "1"})
+
+
+def up(blueprint: str, postgres: bool = False) -> dict[str, str]:
+    step("blueprint", [str(BIN / "pdlift"), "validate", blueprint])  # a bad one: one clear line, before anything starts
+    # the blueprint's sandbox section: node addresses, SSH port, model size
+    seconds = step("sandbox", [str(REPO / "scripts" / "sandbox"), "up", "--blueprint", blueprint],
+                   {**os.environ, "PDLIFT_STATE_DIR": str(STATE)})
+    say(f"demo: sandbox up (S3, AWS endpoint, Kubernetes API)    {seconds:6.1f} s")
     env = base_env()
     if postgres:  # production's shape: the server on PostgreSQL, run state in S3
         import demo_postgres
@@ -129,17 +200,51 @@ def up(postgres: bool = False) -> dict[str, str]:
         url, seconds = demo_postgres.start(DEMO, REPO, int(os.environ.get("PDLIFT_PG_PORT", "55432")))
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = url
         env["PDLIFT_STATE_URI"] = demo_postgres.state_uri(env)
-        print(f"demo: PostgreSQL up in {seconds:.1f} s ({url}); run state in {env['PDLIFT_STATE_URI']}")
+        say(f"demo: PostgreSQL up ({url}); run state in {env['PDLIFT_STATE_URI']}   {seconds:6.1f} s")
     started = time.monotonic()
     start("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PORT),
                              "--analytics-off"], env)
-    wait_for(lambda: http("GET", "/health") is True, f"Prefect server on {UI}", 400 if postgres else 90)
-    print(f"demo: Prefect server healthy after {time.monotonic() - started:.1f} s")
-    subprocess.run([str(BIN / "prefect"), "work-pool", "create", "pdlift", "--type", "process"], env=env,
-                   cwd=REPO, capture_output=True)
-    run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env)
+    wait_for(lambda: http("GET", "/health") is True, f"the Prefect server on {UI}", 400 if postgres else 90,
+             DEMO / "prefect-server.log")
+    say(f"demo: Prefect server healthy on {UI}    {time.monotonic() - started:6.1f} s")
+    started = time.monotonic()
+    step("work pool", [str(BIN / "prefect"), "work-pool", "create", "pdlift", "--type", "process"], env, check=False)
+    step("prefect deploy", [str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env)
     start("worker", [str(BIN / "prefect"), "worker", "start", "--pool", "pdlift", "--type", "process"], env)
+    say(f"demo: prefect.yaml deployed, a worker on pool pdlift    {time.monotonic() - started:6.1f} s")
+    started = time.monotonic()
+    webhook = f"http://127.0.0.1:{webhook_port()}/pdlift"
+    start("webhook", [sys.executable, str(REPO / "scripts" / "demo_webhook.py"), str(webhook_port()),
+                      str(NOTIFICATIONS)], env)
+    step("notify install", [str(BIN / "pdlift"), "notify", "install", "--api", API],
+         {**env, "PDLIFT_NOTIFY_WEBHOOK": webhook})
+    say(f"demo: notifications (gate FAIL/INCONCLUSIVE, failed runs billing, leaks) to {webhook}    "
+        f"{time.monotonic() - started:6.1f} s")
+    write_env_file(env)
     return env
+
+
+def write_env_file(env: dict[str, str]) -> None:
+    """The sandbox's environment, the Prefect API and the state store, for a shell of the operator's."""
+    import shlex
+
+    # The sandbox's own variables and the demo's, never whatever else the caller's shell carries.
+    keys = set(_sandbox_env()) | {"PREFECT_API_URL", "PDLIFT_STATE_DIR", "PDLIFT_STATE_URI", "DO_NOT_TRACK"}
+    ENV_FILE.write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in sorted(keys) if k in env))
+
+
+def webhook_port() -> int:
+    """The loopback port of the demo's webhook: PDLIFT_DEMO_WEBHOOK_PORT, else one chosen once and kept."""
+    if os.environ.get("PDLIFT_DEMO_WEBHOOK_PORT"):
+        return int(os.environ["PDLIFT_DEMO_WEBHOOK_PORT"])
+    kept = DEMO / "webhook.port"
+    if not kept.exists():
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            kept.write_text(str(sock.getsockname()[1]))
+    return int(kept.read_text())
 
 
 def trigger(blueprint: str, flow: str = "migrate", strategy: str = "auto") -> str:
@@ -155,43 +260,115 @@ def trigger(blueprint: str, flow: str = "migrate", strategy: str = "auto") -> st
 
 
 def follow(flow_run_id: str, timeout_s: float) -> dict:
-    seen, deadline = set(), time.monotonic() + timeout_s
+    """Follow a run to its end: a line per stage (its subflow runs) once it ends, a live line with
+    its progress meanwhile on a terminal; the run's whole log goes to the log file."""
+    seen, printed, asked, names = set(), set(), set(), {}
+    live = sys.stdout.isatty() and not VERBOSE
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         fr = http("GET", f"/flow_runs/{flow_run_id}")
-        for line in _new_log_lines(flow_run_id, seen):
-            print(f"  {line}")
+        subflows = _subflows(flow_run_id, names)
+        for line in _new_log_lines([flow_run_id] + [sub["id"] for sub in subflows], seen):
+            note(line)
+        now = dt.datetime.now(dt.timezone.utc)
+        running = None
+        for sub in subflows:
+            if sub["id"] in printed:
+                continue
+            if sub["state_type"] in TERMINAL:
+                printed.add(sub["id"])
+                _clear(live)
+                say(demo_view.line(sub, _progress(sub["id"]), now))
+            elif sub["state_type"] == "RUNNING":
+                running = sub
+            elif sub["state_type"] == "PAUSED" and sub["id"] not in asked:
+                asked.add(sub["id"])  # an INCONCLUSIVE gate waits for a person: say where, once
+                _clear(live)
+                say(f"  {demo_view.stage_name(sub['flow_name'])}: waiting for your approval (INCONCLUSIVE gate): "
+                    f"approve or reject at {UI}/runs/flow-run/{sub['id']}")
+        if live and running is not None:
+            print("\r" + demo_view.line(running, _progress(running["id"]), now)[:150].ljust(150), end="", flush=True)
         if fr["state_type"] in TERMINAL:
+            _clear(live)
             return fr
         time.sleep(2)
-    sys.exit(f"demo: the run did not finish within {timeout_s:.0f}s; see {UI}/runs/flow-run/{flow_run_id}")
+    _clear(live)
+    fail(f"the run did not finish within {timeout_s:.0f} s; see {UI}/runs/flow-run/{flow_run_id}")
 
 
-def _new_log_lines(flow_run_id: str, seen: set) -> list[str]:
-    logs = http("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC",
-                                          "limit": 200})
-    out = []
-    for entry in logs:
-        if entry["id"] not in seen:
-            seen.add(entry["id"])
-            if entry["level"] >= 20:
-                out.append(entry["message"].splitlines()[0][:200])  # first line: no tracebacks here
-    return out
+def _clear(live: bool) -> None:
+    if live:
+        print("\r" + " " * 150 + "\r", end="", flush=True)
 
 
-def summary(flow_run_id: str, fr: dict) -> None:
+def _subflows(flow_run_id: str, names: dict[str, str]) -> list[dict]:
+    runs = http("POST", "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}},
+                                              "sort": "START_TIME_ASC", "limit": 50})
+    for run in runs:
+        if run["flow_id"] not in names:
+            names[run["flow_id"]] = http("GET", f"/flows/{run['flow_id']}")["name"]
+        run["flow_name"] = names[run["flow_id"]]
+    return runs
+
+
+def _progress(flow_run_id: str) -> float | None:
+    arts = http("POST", "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run_id]},
+                                                            "type": {"any_": ["progress"]}}, "limit": 100})
+    return demo_view.progress(arts)
+
+
+def _new_log_lines(flow_run_ids: list[str], seen: set) -> list[str]:
+    """The run's and its stages' log lines not seen yet, oldest first (the API pages by 200)."""
+    out: list[str] = []
+    offset = 0
+    while True:
+        page = http("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": flow_run_ids}, "level": {"ge_": 20}},
+                                             "sort": "TIMESTAMP_ASC", "limit": 200, "offset": offset})
+        for entry in page:
+            if entry["id"] not in seen:
+                seen.add(entry["id"])
+                out.append(entry["message"].splitlines()[0][:300])  # first line: no tracebacks here
+        if len(page) < 200:
+            return out
+        offset += len(page)
+
+
+def _errors(flow_run_id: str, count: int = 12) -> list[str]:
+    """The run's (and its stages') last warnings and errors: why it failed."""
+    ids = [flow_run_id] + [r["id"] for r in http("POST", "/flow_runs/filter", {
+        "flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}, "limit": 50})]
+    logs = http("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": ids}, "level": {"ge_": 30}},
+                                         "sort": "TIMESTAMP_DESC", "limit": count})
+    return [entry["message"].splitlines()[0][:300] for entry in reversed(logs)]
+
+
+def summary(flow_run_id: str, fr: dict, blueprint: str, env: dict[str, str]) -> None:
     arts = http("POST", "/artifacts/filter", {"artifacts": {"key": {"like_": "migration-"}}, "sort": "CREATED_DESC",
                                               "limit": 1})
-    print(f"\n== migrate finished: {fr['state_name']} ==")
+    say(f"\n== migrate finished: {fr['state_name']} ==")
+    if fr["state_type"] != "COMPLETED":
+        for line in _errors(flow_run_id):
+            say(f"  ! {line}")
     if arts:
-        print(arts[0]["data"])
-    print(f"Prefect UI: {UI}/runs/flow-run/{flow_run_id}  (artifacts: {UI}/artifacts)")
-    print("Stop everything: scripts/demo --down")
+        say(arts[0]["data"])
+    status = subprocess.run([str(BIN / "pdlift"), "status", blueprint], env=env, cwd=REPO, capture_output=True,
+                            text=True)
+    note(status.stderr)
+    if status.returncode == 0:
+        say("\n" + status.stdout.rstrip())
+    say(f"\nPrefect UI: {UI}/runs/flow-run/{flow_run_id}  (artifacts: {UI}/artifacts)")
+    received = NOTIFICATIONS.read_text().splitlines() if NOTIFICATIONS.exists() else []
+    say(f"Notifications received by the demo's webhook: {len(received)} ({NOTIFICATIONS})")
+    say(f"Full log: {LOG}")
+    say(f"Status again: set -a; . {ENV_FILE}; set +a; .venv/bin/pdlift status {blueprint}")
+    say("Stop everything: scripts/demo --down")
 
 
 def down() -> None:
     import demo_postgres
 
     stop("worker")
+    stop("webhook")
     stop("prefect-server")
     demo_postgres.stop(DEMO)
     subprocess.run([str(REPO / "scripts" / "sandbox"), "down"], env={**os.environ, "PDLIFT_STATE_DIR": str(STATE)},
@@ -199,6 +376,7 @@ def down() -> None:
 
 
 def main() -> int:
+    global VERBOSE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--down", action="store_true", help="stop the worker, the Prefect server and the sandbox")
     parser.add_argument("--blueprint", default="blueprints/sandbox-2p2d.yaml")
@@ -210,23 +388,34 @@ def main() -> int:
                              "follow it (the 4-node fleet has no room for a second colour: recreate)")
     parser.add_argument("--strategy", default="auto", choices=["auto", "blue-green", "rolling", "recreate", "fleet"],
                         help="with --redeploy: the strategy (fleet: a second 4-node fleet, then the first released)")
+    parser.add_argument("--verbose", action="store_true", help="show every tool's output and the run's log here too")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
+    VERBOSE = args.verbose
     if args.down:
         down()
         return 0
     if args.redeploy:
+        say(f"pdlift demo: the scheduled `redeploy` of {args.blueprint} now (strategy {args.strategy}); "
+            f"log: {LOG}")
         flow_run_id = trigger(args.blueprint, "redeploy", args.strategy)
-        print(f"demo: redeploy started: {UI}/runs/flow-run/{flow_run_id}")
+        say(f"demo: redeploy started: {UI}/runs/flow-run/{flow_run_id}")
         fr = follow(flow_run_id, args.timeout)
-        print(f"\n== redeploy finished: {fr['state_name']} ==")
-        print(f"Prefect UI: {UI}/runs/flow-run/{flow_run_id}  (the strategy-* artifact says why that strategy)")
+        say(f"\n== redeploy finished: {fr['state_name']} ==")
+        if fr["state_type"] != "COMPLETED":
+            for line in _errors(flow_run_id):
+                say(f"  ! {line}")
+        say(f"Prefect UI: {UI}/runs/flow-run/{flow_run_id}  (the strategy-* artifact says why that strategy)")
+        say(f"Full log: {LOG}")
         return 0 if fr["state_type"] == "COMPLETED" else 1
-    up(args.postgres)
+    if not os.environ.get(SET_UP):
+        header(args.blueprint, args.postgres)
+        setup()
+    env = up(args.blueprint, args.postgres)
     flow_run_id = trigger(args.blueprint)
-    print(f"demo: migrate started: {UI}/runs/flow-run/{flow_run_id}")
+    say(f"demo: migrate started: {UI}/runs/flow-run/{flow_run_id}")
     fr = follow(flow_run_id, args.timeout)
-    summary(flow_run_id, fr)
+    summary(flow_run_id, fr, args.blueprint, env)
     return 0 if fr["state_type"] == "COMPLETED" else 1
 
 

@@ -9,6 +9,7 @@ verdict). Promotion and rollback are never cached (``tasks.promote``, ``tasks.de
 
 from __future__ import annotations
 
+import datetime as dt
 import zlib
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from prefect import get_run_logger, task
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
                                update_progress_artifact)
 from prefect.events import emit_event
+from prefect.runtime import flow_run as prefect_flow_run
 
 from tasks.adapters.prefect_results import StateStoreResults
 from tasks.errors import PdliftError, StackNotReady
+from tasks.planning import notifications
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.identity import artifact_key
+from tasks.planning.ledger import now_str
 from tasks.planning.manifests.common import stable_namespace
 from tasks.planning.manifests.router import router_name
 from tasks.planning.records import GateVerdict
@@ -143,7 +147,9 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
         family = stage.read_sequential(results_path).get("family")
         report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
                              family=family)
-        report_json = report_to_dict(report)
+        # When and by which flow run: `pdlift status` shows the latest verdict and links to its run.
+        report_json = {**report_to_dict(report), "judged_at": now_str(dt.datetime.now(dt.timezone.utc)),
+                       "flow_run_id": str(prefect_flow_run.id or "")}
         png, markdown = stage.write_report(directory, report, report_json, summaries, baseline,
                                            measured.notes, f"{bp.name} {colour} (run {run.run_id})")
         wiring.state.push(stage.bench_key(bp.name, run.run_id))
@@ -152,9 +158,11 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
     for scenario in report.scenarios:
         create_table_artifact(rows_for_table(report, scenario), key=artifact_key("gate", bp.name, scenario),
                               description=f"{scenario}: candidate vs baseline")
-    emit_event(f"pdlift.gate.{report.outcome.value.lower()}",
-               resource={"prefect.resource.id": f"pdlift.deployment.{bp.name}", "prefect.resource.name": bp.name},
-               payload={**report_json, "run_id": run.run_id, "colour": colour})
+    # For automations (deploy/automations.yaml); an INCONCLUSIVE one is the run about to wait for
+    # a person's approval (flows.benchmark), for at most approval_timeout_s.
+    emit_event(**notifications.gate_event(bp.name, report.outcome.value, {
+        **report_json, "run_id": run.run_id, "colour": colour,
+        "approval_timeout_s": bp.promotion.approval_timeout_s}))
     get_run_logger().info(f"gate {report.outcome.value}: " + "; ".join(report.reasons[:5]))
     return GateVerdict(report.outcome.value, tuple(report.reasons), str(png),
                        str(directory / "gate.json"), str(results_path))

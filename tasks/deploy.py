@@ -1,6 +1,8 @@
 """Thin Prefect tasks for stage 5: deploy the candidate colour, prove its KV path, roll it back.
 
 The procedure is ``tasks.stages.deploy``; the cluster is chosen by ``tasks.wiring``'s one rule.
+Progress artifacts: pods Ready per role (``<deployment>-deploy-prefill``, ``-decode``, ``-router``)
+and in total (``-deploy-total``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.errors import StackFailure
 from tasks.planning.identity import artifact_key
 from tasks.planning.records import Deployed, RolledBack
+from tasks.progress import StageProgress
 from tasks.runs import Run
 from tasks.stages import deploy as stage
 from tasks.stages.deploy_wait import WaitLimits
@@ -38,15 +41,18 @@ def deploy(run: Run, colour: str | None = None, poll_s: float = 5.0, pin: bool =
     bp, log = run.blueprint, get_run_logger()
     fleet_run = run.run_id if pin else ""
     options = stage.DeployOptions(limits=WaitLimits(poll_s=poll_s), fleet_run=fleet_run)
+    ready = StageProgress(bp.name, "deploy", unit="pods Ready")
     with Wiring(bp) as wiring:
         try:
             deployed = stage.deploy(bp, wiring.kube, wiring.engines, colour, options, progress=log.info,
-                                    fabric=wiring.efa_counters(run.ledger.fleet()))
+                                    fabric=wiring.efa_counters(run.ledger.fleet()), on_ready=ready)
         except StackFailure as e:
             create_markdown_artifact(markdown=f"# {bp.name}: candidate failed ({e.reason})\n\n```\n"
                                               f"{e.diagnostics}\n```\n", key=artifact_key("deploy-failure", bp.name),
                                      description=f"why the candidate of {bp.name} did not come up")
             raise
+        finally:
+            ready.flush()  # the last count as it stands (a throttled update may be pending)
         # What is live now, as applied (images pinned by digest), in the state store: what a
         # later run re-applies to put this colour back, from whichever worker.
         key = stage.snapshot_key(bp.name, run.run_id)

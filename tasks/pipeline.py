@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-
+import os
+import traceback
 import uuid
 
 from prefect import get_client, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
+from prefect.events import emit_event
 
 from blueprints.loader import load_blueprint
 from tasks.adapters import run_lease
 from tasks.adapters.run_lease import this_worker
 from tasks.errors import PdliftError
 from tasks.planning import ledger as ledger_plan
+from tasks.planning import notifications
 from tasks.planning import resume
 from tasks.planning.identity import artifact_key
 from tasks.planning.lease import Holder
@@ -160,8 +163,12 @@ def report_failure(run: Run, stage: str, error: BaseException) -> str:
     run.reload()
     ledger, bp = run.ledger, run.blueprint
     live, burn = ledger.live(), ledger_plan.hourly_burn(ledger)
+    # An exception may quote what it was given (a URL with its token, a password): the artifact,
+    # the log and the event get it redacted (tasks.planning.notifications.redact).
+    secrets = notifications.secret_values(os.environ)
+    why = notifications.redact(f"{type(error).__name__}: {error}", secrets)
     lines = [f"## Run {run.run_id} failed at stage `{stage}`", "",
-             f"**Why:** {type(error).__name__}: {error}", "",
+             f"**Why:** {why}", "",
              f"**Still existing ({len(live)}), billing ${burn:,.2f}/h:**", ""]
     lines += [f"- {e.kind} `{e.resource_id}` {e.zone}".rstrip() for e in live] or ["- nothing"]
     lines += ["", "**Next:** fix the cause and re-run with the same run id to continue, or release everything:",
@@ -170,9 +177,14 @@ def report_failure(run: Run, stage: str, error: BaseException) -> str:
     create_markdown_artifact(markdown=markdown, key=artifact_key("failed", bp.name),
                              description=f"run {run.run_id} failed")
     log = get_run_logger()
-    log.error("stage %s failed: %s", stage, error, exc_info=not isinstance(error, PdliftError))
+    trace = "" if isinstance(error, PdliftError) else \
+        "\n" + notifications.redact("".join(traceback.format_exception(error)), secrets).rstrip()
+    log.error("stage %s failed: %s%s", stage, why, trace)
     log.error("still billing $%.2f/h for %d resource(s); tear down with: pdlift teardown %s --run-id %s",
               burn, len(live), run.blueprint_path, run.run_id)
+    if live:  # for automations (deploy/automations.yaml): someone must act, or it bills on
+        emit_event(**notifications.failed_billing_event(bp.name, run.run_id, run.blueprint_path, stage, error,
+                                                        live, burn, os.environ))
     return markdown
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
 
 from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
-from tasks.planning import fleet_swap
+from tasks.planning import fleet_swap, notifications
 from tasks.stages import teardown as stage
+from tasks.stages.clock import Clock
 from tasks.wiring import RegionWiring, Wiring
 
 
@@ -75,12 +78,80 @@ def mark_released(bp: Blueprint, report: stage.TeardownReport) -> list[str]:
     return touched
 
 
+# The release's waits (instances terminated, placement groups free): a test hands a faster one.
+CLOCK = Clock()
+
+
 @task(cache_policy=NO_CACHE)
 def sweep(region: str, apply: bool, active_runs: list[str]) -> dict:
-    """List pdlift-tagged resources past their TTL or of no active run; release them with apply."""
+    """List pdlift-tagged resources past their TTL or of no active run; release them with apply.
+    Whenever it finds any, it emits ``pdlift.sweep.leaks`` with what became of each, also when
+    the release fails (and then raises): a leak that is still billing is the one to hear about."""
     wiring = RegionWiring(region)
     found = stage.inventory(wiring.capacity, wiring.instances, None, None)
     stale = stage.stale(found, dt.datetime.now(dt.timezone.utc), set(active_runs))
-    report = stage.release(stale, wiring.capacity, wiring.instances) if apply and stale else None
-    return {"found": [dataclasses.asdict(f) for f in found], "stale": [dataclasses.asdict(f) for f in stale],
-            "released": report.lines() if report else []}
+    report, error = None, None
+    try:
+        if apply and stale:
+            report = stage.release(stale, wiring.capacity, wiring.instances, clock=CLOCK)
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        if stale:  # for automations (deploy/automations.yaml): a leak bills until someone acts
+            try:
+                _emit_leaks(wiring, region, apply, active_runs, stale, report, error)
+            except Exception as e:
+                if error is None:
+                    raise
+                get_run_logger().warning(f"the leak sweep's event was not emitted ({_redacted(e)})")
+    released = {f.resource_id for f in report.released} if report else set()
+    return {"found": [dataclasses.asdict(f) for f in found],
+            "stale": [{**dataclasses.asdict(f), "action": _action(f, apply, released)} for f in stale],
+            "released": report.lines() if report else [], "kept": list(report.kept) if report else []}
+
+
+def _action(found: stage.Found, apply: bool, released: set[str]) -> str:
+    if not apply:
+        return "would release"
+    if found.resource_id in released:
+        return "released"
+    return "kept: a Capacity Block cannot be cancelled" if found.kind == "capacity-block" else "not released"
+
+
+def _emit_leaks(wiring: RegionWiring, region: str, apply: bool, active_runs: list[str], stale: list[stage.Found],
+                report: stage.TeardownReport | None, error: BaseException | None) -> None:
+    fates, kept = _fates(wiring, stale, report) if apply else ({}, [])
+    why = _redacted(error) if error else ""
+    emit_event(**notifications.sweep_leaks_event(region, apply, active_runs, [dataclasses.asdict(f) for f in stale],
+                                                 fates, kept, why))
+
+
+def _fates(wiring: RegionWiring, stale: list[stage.Found],
+           report: stage.TeardownReport | None) -> tuple[dict[str, str], list[str]]:
+    """What became of each stale resource (``released`` / ``kept`` / ``failed``) and why each kept
+    one was kept. Without a report (the release raised part way) the tags say what is gone: one
+    still found, or all when they cannot be read, is ``failed``."""
+    if report is not None:
+        released = {f.resource_id for f in report.released}
+        return ({f.resource_id: "released" if f.resource_id in released else
+                 "kept" if f.kind == "capacity-block" else "failed" for f in stale}, list(report.kept))
+    try:
+        left = {f.resource_id for f in stage.inventory(wiring.capacity, wiring.instances, None, None)}
+    except Exception as e:
+        get_run_logger().warning(f"after the failed release, what is left could not be listed ({_redacted(e)}): "
+                                 "each leak is reported as not released")
+        left = None
+    fates, kept = {}, []
+    for f in stale:
+        if f.kind == "capacity-block":
+            fates[f.resource_id] = "kept"
+            kept.append(f"capacity block {f.resource_id} ({f.detail}): cannot be cancelled; "
+                        "it stops billing when it ends")
+        else:
+            fates[f.resource_id] = "released" if left is not None and f.resource_id not in left else "failed"
+    return fates, kept
+
+
+def _redacted(error: BaseException) -> str:
+    return notifications.error_line(error, notifications.secret_values(os.environ))

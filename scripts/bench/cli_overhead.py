@@ -18,6 +18,9 @@ process is bounded, all traffic stays on 127.0.0.1. The last line is
     cli overhead: ephemeral=<s>s server=<s>s ratio=<x>
 
     .venv/bin/python scripts/bench/cli_overhead.py [--runs 3] [--blueprint FILE] [--json FILE]
+
+The peer is pdlift's own other path (Prefect's temporary server): nothing to install beyond
+``scripts/setup``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+
+import peers  # noqa: E402  (standard library only)
+
+if __name__ == "__main__":
+    peers.run_in_repo_venv(__file__)
+
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 from sandbox.orchestrator.procs import stop_child  # noqa: E402

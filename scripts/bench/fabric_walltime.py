@@ -9,6 +9,9 @@ shared CPU cannot meet over the tcp provider (override with --max-latency-us).
 
     .venv/bin/python scripts/bench/fabric_walltime.py [--nodes 2 4 8] [--fault slow_link=2]
     [--report FILE]   # markdown report of the last run
+
+No external peer (it times pdlift's stage alone on 2, 4 and 8 nodes): nothing to install beyond
+``scripts/setup`` (sshd, libfabric's fi_pingpong, cc).
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+
+import peers  # noqa: E402  (standard library only)
+
+if __name__ == "__main__":
+    peers.run_in_repo_venv(__file__)
 
 from blueprints.loader import load_blueprint  # noqa: E402
 from sandbox.nodes import NodeManager  # noqa: E402

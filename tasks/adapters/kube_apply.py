@@ -68,6 +68,8 @@ class ContainerState:
     terminated_reason: str = ""  # the current state, else the last one (why it restarted)
     exit_code: int | None = None
     finished_at: str = ""  # when that run ended: tells one crash from the next
+    image: str = ""
+    image_id: str = ""  # what the kubelet pulled: repo@sha256:<digest> (docker-pullable:// on dockershim)
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,7 @@ def _container(c: dict) -> ContainerState:
     return ContainerState(c.get("name", ""), bool(c.get("ready")), bool(c.get("started")),
                           int(c.get("restartCount") or 0), waiting.get("reason", ""), waiting.get("message", ""),
                           terminated.get("reason", ""), terminated.get("exitCode"),
-                          str(terminated.get("finishedAt") or ""))
+                          str(terminated.get("finishedAt") or ""), c.get("image", ""), c.get("imageID", ""))
 
 
 def _event_order(e: dict) -> tuple:

@@ -31,7 +31,7 @@ from tasks.planning.manifests.router import router_name, selector as router_sele
 from tasks.planning.manifests.views import routers
 from tasks.planning.records import Deployed, RolledBack
 from tasks.stages.clock import Clock, poll_until
-from tasks.stages.deploy_wait import PodGroup, WaitLimits, wait_for_stack
+from tasks.stages.deploy_wait import PodGroup, ReadyListener, WaitLimits, wait_for_stack
 from tasks.stages.ports import Engines, FabricCounters, KubeObjects, Progress
 
 
@@ -117,7 +117,8 @@ def apply_objects(kube: KubeObjects, objects: list[dict], progress: Progress = l
 
 def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None = None,
            options: DeployOptions = DeployOptions(), clock: Clock = Clock(),
-           progress: Progress = lambda _: None, fabric: FabricCounters | None = None) -> Deployed:
+           progress: Progress = lambda _: None, fabric: FabricCounters | None = None,
+           on_ready: ReadyListener = lambda _: None) -> Deployed:
     """Bring up the candidate and pass the canary, or raise StackFailure (with diagnostics).
     A failed candidate is left in place for inspection; ``rollback`` removes it."""
     render(bp, colour or "blue")  # invariants and schemas: a ConfigError comes before any API call
@@ -133,7 +134,7 @@ def deploy(bp: Blueprint, kube: KubeObjects, http: Engines, colour: str | None =
     apply_objects(kube, objects, progress)
     groups = pod_groups(bp, candidate, objects)
     phases = wait_for_stack(kube, groups, lambda pods: router_gaps(http, bp, objects, pods), options.limits,
-                            clock, progress)
+                            clock, progress, on_ready)
     report = run_canary(bp, kube, http, candidate, options, fabric)
     progress(report.summary())
     if not report.ok:

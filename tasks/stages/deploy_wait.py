@@ -10,6 +10,9 @@ startup probes, readiness, and the router's own view, because router health alon
 (sglang#33740). A crash loop, an image that cannot be pulled or a pod the scheduler cannot
 place for longer than a short grace fail at once, with the reason, the events and the last
 log lines; a deadline passing fails the same way, naming the phase and what was missing.
+
+Progress: whenever the pods Ready per role change, ``on_ready`` gets the counts (the task makes
+them progress artifacts) and ``progress`` a line ("pods Ready: prefill 1/2, ...").
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tasks.adapters.kube_apply import PodInfo
+from tasks.planning.progress import Count, ready_counts
 from tasks.stages.ports import KubeObjects
 from tasks.errors import StackFailure
 from tasks.stages.clock import Clock
@@ -57,8 +61,20 @@ class WaitLimits:
 RouterCheck = Callable[[list[PodInfo]], list[str]]  # router pods -> workers not listed healthy
 
 
+ReadyListener = Callable[[list[Count]], None]  # pods Ready per role, of those the colour runs
+
+
+def ready_line(counts: list[Count]) -> str:
+    return "pods Ready: " + ", ".join(f"{c.name} {c.done}/{c.planned}" for c in counts)
+
+
+def _ready(groups: list[PodGroup], pods: dict[str, list[PodInfo]]) -> list[Count]:
+    return ready_counts({g.what: g.count for g in groups}, {g.what: sum(p.ready for p in pods[g.what]) for g in groups})
+
+
 def wait_for_stack(kube: KubeObjects, groups: list[PodGroup], router_check: RouterCheck, limits: WaitLimits,
-                   clock: Clock = Clock(), progress: Callable[[str], None] = lambda _: None) -> dict[str, float]:
+                   clock: Clock = Clock(), progress: Callable[[str], None] = lambda _: None,
+                   on_ready: ReadyListener = lambda _: None) -> dict[str, float]:
     """Seconds each phase took. Raises StackFailure."""
     took: dict[str, float] = {}
     unschedulable_since: dict[str, float] = {}
@@ -66,9 +82,15 @@ def wait_for_stack(kube: KubeObjects, groups: list[PodGroup], router_check: Rout
     phase_index, phase_start = 0, clock.monotonic()
     deadline = phase_start + _limit(limits, PHASES[0])
     interval = min(0.5, limits.poll_s)
+    ready: list[Count] = []
     while True:
         now = clock.monotonic()
         pods = {g.what: [p for p in kube.pods(g.namespace, g.selector) if not p.deleting] for g in groups}
+        counts = _ready(groups, pods)
+        if counts != ready:
+            ready = counts
+            on_ready(ready)
+            progress(ready_line(ready))
         _fail_fast(kube, pods, unschedulable_since, now, limits)
         _count_crashes(kube, pods, crashes, limits.crash_limit)
         while True:

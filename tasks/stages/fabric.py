@@ -9,8 +9,10 @@ failure cannot be pinned on a node, or when every node fails the same layer (a c
 image, driver, flags; replacing the fleet would not help), the outcome fails naming the nodes
 and the evidence.
 
-The SSH shell is injected (``Runner``), as are the replacement and the log, so the procedure
-runs unchanged against real p5en nodes and the sandbox's.
+The SSH shell is injected (``Runner``), as are the replacement, the log and the progress
+callback, so the procedure runs unchanged against real p5en nodes and the sandbox's. Progress is
+units per layer (``tasks.planning.fabric.plan``): each pass plans its own when it starts (what an
+earlier pass measured is not run again), and a pass that passes ends with every unit done.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from blueprints.schema import Blueprint, FabricSpec
 from tasks.errors import PdliftError
 from tasks.planning.fabric import commands, node_verdicts, report
 from tasks.planning.fabric.outcome import Cache, Layer, Outcome, PassResult
+from tasks.planning.fabric.plan import layers_for, pass_units
 from tasks.planning.records import FabricVerdict, Fleet, Node, Replacement
 from tasks.stages import fabric_layers as layers
 from tasks.stages.fabric_exec import Runner
-from tasks.stages.fabric_layers import Ctx
+from tasks.stages.fabric_layers import Ctx, OnProgress
 from tasks.stages.fabric_pairs import pairwise
 from tasks.stages.fabric_results import ResultsDir, results_dir
 from tasks.stages.nodes import NodeLifecycle, ssh_target
@@ -38,19 +41,19 @@ from tasks.stages.ports import Progress, Shell
 Replace = Callable[[Node, str], Node]  # (node to replace, evidence) -> its pinned successor
 
 
-def _layers_for(n: int) -> list[Callable[[Ctx, list[Node]], Layer]]:
-    steps = [layers.inventory, layers.loopback, layers.single_node]
-    if n >= 2:
-        steps.append(pairwise)
-    if n >= 3:  # with two nodes the pair tests already are the whole set
-        steps.append(layers.full_set)
-    return steps
+STEPS: dict[str, Callable[[Ctx, list[Node]], Layer]] = {
+    "inventory": layers.inventory, "loopback": layers.loopback, "single-node": layers.single_node,
+    "pairwise": pairwise, "full-set": layers.full_set,
+}
 
 
 def _run_pass(ctx: Ctx, number: int, nodes: list[Node]) -> PassResult:
     start = time.monotonic()
-    result = PassResult(number, tuple(nodes), layers_expected=len(_layers_for(len(nodes))))
-    for step in _layers_for(len(nodes)):
+    steps = [STEPS[name] for name in layers_for(len(nodes))]
+    result = PassResult(number, tuple(nodes), layers_expected=len(steps))
+    ctx.tally.begin(pass_units([n.name for n in nodes], ctx.cache))
+    ctx.report()
+    for step in steps:
         layer = step(ctx, nodes)
         result.layers.append(layer)
         ctx.log(f"  {layer.name}: {len(layer.isolate)} to isolate"
@@ -68,17 +71,19 @@ def _failure(names: Sequence[str], isolate: dict[str, str], why: str) -> str:
 
 
 def validate(spec: FabricSpec, nodes: Sequence[Node], runner: Runner, *, replace: Replace | None = None,
-             log: Callable[[str], None] = lambda msg: None, port_base: int | None = None) -> Outcome:
+             log: Callable[[str], None] = lambda msg: None, port_base: int | None = None,
+             on_progress: OnProgress | None = None) -> Outcome:
     """Validate ``nodes`` layer by layer, replacing ISOLATE nodes within the blueprint's bounds.
 
     Raises ``HostKeyMismatch`` when a node's host key is not the pinned one (nothing is run on
     it) and ``StageFailed`` when the SSH key is refused; every other failure is in the Outcome.
+    ``on_progress(counts, final)``: units done of planned per layer, on this thread.
     """
     start = time.monotonic()
     fleet = list(nodes)
     if port_base is None:
         port_base = random.SystemRandom().randrange(commands.PORT_LOW, commands.PORT_LOW + commands.PORT_SPAN)
-    ctx = Ctx(spec, runner, log, port_base)
+    ctx = Ctx(spec, runner, log, port_base, on_progress=on_progress)
     slots = _Slots(fleet, spec.replace_attempts)
     passes: list[PassResult] = []
     runner.prepare([ssh_target(n) for n in fleet])
@@ -97,6 +102,7 @@ def validate(spec: FabricSpec, nodes: Sequence[Node], runner: Runner, *, replace
     versions = {n.name: ctx.cache.inventory[n.name].versions for n in fleet if n.name in ctx.cache.inventory}
     _nccl_versions(ctx.cache, versions)
     passed = bool(passes) and passes[-1].passed and failure is None
+    ctx.report(final=True)
     return Outcome(passed, tuple(fleet), passes, slots.replaced, failure, time.monotonic() - start, versions,
                    ctx.cache)
 
@@ -173,13 +179,15 @@ class Validation:
 
 
 def validate_fleet(bp: Blueprint, run_id: str, fleet: Fleet, nodes: NodeLifecycle, shell: Shell,
-                   state_root: Path, log: Progress = lambda msg: None) -> Validation:
+                   state_root: Path, log: Progress = lambda msg: None,
+                   on_progress: OnProgress | None = None) -> Validation:
     """Stage 3 for a run's fleet: pin its host keys, validate, replace ISOLATE nodes through the
     node lifecycle, write the report and the raw results under the run's state folder."""
     pinned = nodes.pin(fleet.nodes)
     results = ResultsDir(results_dir(state_root, bp.name, run_id))
     outcome = validate(bp.fabric, pinned, Runner(shell, run_id, results.keep),
-                       replace=lambda node, evidence: nodes.replace(node, fleet.launch_template_id), log=log)
+                       replace=lambda node, evidence: nodes.replace(node, fleet.launch_template_id), log=log,
+                       on_progress=on_progress)
     markdown = report.render(outcome, bp.fabric, bp.name, run_id)
     results.write(report.results_json(outcome, bp.fabric, bp.name, run_id, results.tests), markdown)
     # Host keys are pinned again from the console by whoever connects next: the fleet keeps none.

@@ -4,6 +4,10 @@ Each layer runs what its nodes still need (results of nodes validated in an earl
 kept in the ``Cache``), judges every current node with the planning verdicts, and returns a
 ``Layer``: its records, the nodes to isolate with their evidence, or a reason to stop the stage
 that no node replacement can fix (the negative control passing, the whole set failing).
+
+Progress: each layer plans its units in ``Ctx.tally`` when it starts (``tasks.planning.fabric.plan``
+says which), ticks one as each is done (from the worker threads) and reports the tally from the
+calling thread while it waits and when it ends (``Ctx.report``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ from tasks.planning.fabric import (
 )
 from tasks.planning.fabric import commands
 from tasks.planning.fabric.outcome import Cache, Inventory, Layer
+from tasks.planning.fabric.plan import FULL_SET_COLLECTIVES, LAYERS
+from tasks.planning.progress import Count, Tally
 from tasks.planning.records import Node
 from tasks.stages.fabric_exec import Runner, raise_fatal
 from tasks.stages.nodes import ssh_target
 
 UNREACHABLE_ATTEMPTS = 2  # each is the SSH adapter's own bounded connection retries
 UNREACHABLE_PAUSE_S = 2.0
+
+OnProgress = Callable[[list[Count], bool], None]  # (units done of planned per layer, final)
 
 
 @dataclass
@@ -41,6 +49,8 @@ class Ctx:
     port_base: int
     cache: Cache = field(default_factory=Cache)
     timed_out: set[str] = field(default_factory=set)
+    on_progress: OnProgress | None = None
+    tally: Tally = field(default_factory=lambda: Tally(LAYERS))
     _n: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -53,12 +63,18 @@ class Ctx:
             with self._lock:
                 self.timed_out.add(node)
 
+    def report(self, final: bool = False) -> None:
+        """The tally, to whoever shows progress (the task's artifacts); on the calling thread only."""
+        if self.on_progress is not None:
+            self.on_progress(self.tally.counts(), final)
+
     def finish(self, layer: Layer, nodes: list[Node], start: float) -> Layer:
         """After a layer with a timeout, make sure no process of ours is left on its nodes."""
         if self.timed_out:
             layer.leftovers = self.runner.sweep([ssh_target(n) for n in nodes], f"sweep-{layer.name}")
             self.timed_out.clear()
         layer.seconds = time.monotonic() - start
+        self.report()
         return layer
 
 
@@ -72,8 +88,18 @@ def isolating(records) -> dict[str, str]:
     return {n: " | ".join(v[:4]) for n, v in out.items()}
 
 
-def _on_all(ctx: Ctx, nodes: list[Node], fn) -> None:
-    raise_fatal(run_on_all([ssh_target(n) for n in nodes], fn, max_parallel=ctx.runner.max_parallel))
+def _on_all(ctx: Ctx, layer: str, nodes: list[Node], fn) -> None:
+    """``fn`` on every node at once; each node done (whatever its result) is one unit of ``layer``."""
+    ctx.tally.plan(layer, len(nodes))
+
+    def counted(node: SshNode) -> None:
+        try:
+            fn(node)
+        finally:
+            ctx.tally.tick(layer)
+
+    raise_fatal(run_on_all([ssh_target(n) for n in nodes], counted, max_parallel=ctx.runner.max_parallel,
+                           on_tick=ctx.report))
 
 
 # --- layer 1 ---------------------------------------------------------------------------------------
@@ -115,7 +141,7 @@ def inventory(ctx: Ctx, nodes: list[Node]) -> Layer:
     def one(node: SshNode) -> None:
         cache.inventory[node.name] = _inventory_one(ctx, node)
 
-    _on_all(ctx, todo, one)
+    _on_all(ctx, "inventory", todo, one)
     records = tuple(judge_inventory(n.name, cache.inventory[n.name].gpus, cache.inventory[n.name].fi_info,
                                     ctx.spec, error=cache.inventory[n.name].error) for n in nodes)
     return ctx.finish(Layer("inventory", records, isolating(records)), nodes, start)
@@ -153,7 +179,7 @@ def loopback(ctx: Ctx, nodes: list[Node]) -> Layer:
     todo = [n for n in nodes if n.name not in cache.control]
     ctx.log(f"fabric layer 2 (per-NIC loopback + negative control): {len(todo)} node(s)")
     by_name = {n.name: n for n in todo}
-    _on_all(ctx, todo, lambda s: _loopbacks(ctx, by_name[s.name], cache.inventory[s.name].devices))
+    _on_all(ctx, "loopback", todo, lambda s: _loopbacks(ctx, by_name[s.name], cache.inventory[s.name].devices))
     names = {n.name for n in nodes}
     nics = judge_nics({k: r for k, r in cache.loopback.items() if k[0] in names}, ctx.spec)
     controls = tuple(negative_control(n.name, cache.control[n.name]) for n in nodes)
@@ -179,7 +205,7 @@ def single_node(ctx: Ctx, nodes: list[Node]) -> Layer:
         cache.single[node.name] = run
         ctx.note_timeouts(node.name, [run])
 
-    _on_all(ctx, todo, one)
+    _on_all(ctx, "single-node", todo, one)
     records = judge_single_nodes({n.name: cache.single[n.name] for n in nodes}, ctx.spec)
     return ctx.finish(Layer("single-node", records, isolating(records)), nodes, start)
 
@@ -190,10 +216,14 @@ def full_set(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     ctx.log(f"fabric layer 5 (whole set: all_reduce + alltoall over {len(nodes)} nodes)")
     first, hosts = ssh_target(nodes[0]), [n.address for n in nodes]
-    runs = tuple(ctx.runner.nccl(first, c, f"set-{c}",
-                                 lambda path, c=c: commands.across_nodes(c, hosts, ctx.spec, path))
-                 for c in ("all_reduce", "alltoall"))
-    cache.full_set = runs
+    ctx.tally.plan("full-set", len(FULL_SET_COLLECTIVES))
+    ran = []
+    for c in FULL_SET_COLLECTIVES:
+        ran.append(ctx.runner.nccl(first, c, f"set-{c}",
+                                   lambda path, c=c: commands.across_nodes(c, hosts, ctx.spec, path)))
+        ctx.tally.tick("full-set")
+        ctx.report()
+    runs = cache.full_set = tuple(ran)
     ctx.note_timeouts(first.name, runs)
     record = judge_full_set([n.name for n in nodes], runs, ctx.spec)
     layer = Layer("full-set", (record,))

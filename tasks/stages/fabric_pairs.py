@@ -5,6 +5,8 @@ parallel. Each pair runs fi_pingpong (server on the first node, client on the se
 nccl-tests all_reduce, alltoall and sendrecv across the two nodes (mpirun from the first).
 The bad node is the one common to the failing pairs; suspects the evidence cannot single out
 are re-paired with known-good nodes. Pairs measured in an earlier pass are kept (``Cache``).
+Progress counts rounds: the tournament's, then the second pass's once it is planned (the
+tournament's last round is reported with it, so the layer never shows 100% before a second pass).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tasks.planning.fabric import commands
 from tasks.planning.fabric import (
-    PairRuns, attribute_pairs, judge_pairs, pair_key, pair_name, round_robin_rounds, second_pass_rounds,
+    PairRuns, attribute_pairs, judge_pairs, pair_key, pair_name, pending_rounds, round_robin_rounds,
+    second_pass_rounds,
 )
 from tasks.planning.fabric.pairing import Pair
 from tasks.planning.fabric.outcome import Layer
@@ -46,27 +49,26 @@ def _run_pair(ctx: Ctx, a: Node, b: Node, tag: str) -> PairRuns:
 
 def _run_round(ctx: Ctx, pairs: tuple[Pair, ...], by_name: dict[str, Node], tag: str,
                into: dict[Pair, PairRuns]) -> None:
+    """The round's pairs at once; the round done is one unit of progress (reported by the caller)."""
     workers = max(1, min(len(pairs), ctx.runner.max_parallel))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pdlift-pair") as pool:
         futures = {p: pool.submit(_run_pair, ctx, by_name[p[0]], by_name[p[1]], tag) for p in pairs}
         for pair, future in futures.items():
             into[pair_key(*pair)] = future.result()  # a host key refused stops the stage here
-
-
-def _schedule(names: list[str], done: dict[Pair, PairRuns]) -> list[tuple[Pair, ...]]:
-    """The tournament's rounds, less the pairs already measured (the rest stay disjoint)."""
-    rounds = [tuple(p for p in r if pair_key(*p) not in done) for r in round_robin_rounds(names)]
-    return [r for r in rounds if r]
+    ctx.tally.tick("pairwise")
 
 
 def pairwise(ctx: Ctx, nodes: list[Node]) -> Layer:
     start, cache = time.monotonic(), ctx.cache
     names, by_name = [n.name for n in nodes], {n.name: n for n in nodes}
-    rounds = _schedule(names, cache.pairs)
+    rounds = pending_rounds(names, cache.pairs)
     ctx.log(f"fabric layer 4 (pairwise): {sum(len(r) for r in rounds)} pair(s) in {len(rounds)} round(s)")
+    ctx.tally.plan("pairwise", len(rounds))
     for i, pairs in enumerate(rounds, 1):
         ctx.log(f"  round {i}/{len(rounds)}: " + ", ".join(pair_name(p) for p in pairs))
         _run_round(ctx, pairs, by_name, "p1", cache.pairs)
+        if i < len(rounds):  # the last is reported with the second pass it may call for: never 100% too soon
+            ctx.report()
     current = {pair_key(*p): cache.pairs[pair_key(*p)] for r in round_robin_rounds(names) for p in r}
     first = judge_pairs(current, ctx.spec)
     finding, node_records = attribute_pairs(names, first)
@@ -78,8 +80,11 @@ def pairwise(ctx: Ctx, nodes: list[Node]) -> Layer:
         ctx.log(f"  second pass for suspect(s) {', '.join(finding.suspects)}: "
                 + "; ".join(", ".join(pair_name(p) for p in r) for r in again))
         measured: dict[Pair, PairRuns] = {}
+        ctx.tally.add("pairwise", len(again))
+        ctx.report()
         for pairs in again:
             _run_round(ctx, pairs, by_name, "p2", measured)
+            ctx.report()
         cache.second_pass.update(measured)
         second = tuple(dataclasses.replace(r, subject=f"{r.subject} (second pass)")
                        for r in judge_pairs(measured, ctx.spec))

@@ -10,21 +10,26 @@ EC2 refuses a token whose instances are terminated (IdempotentInstanceTerminated
 Block refuses launches until its StartDate (InvalidCapacityReservationState.PendingActivation):
 the launch waits for a start that is at most ``START_RACE_S`` away (the pipeline waited for the
 rest without a worker), and refuses one that is further.
+
+Progress (``on_progress``): the gang's instances running, and joined to the cluster, as the
+lifecycle's own polls of EC2 and EKS see them (``_Seen*`` note their answers: no extra call).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blueprints.schema import Blueprint
 from tasks.adapters.ec2_instances import Instance
 from tasks.adapters.eks import Cluster
+from tasks.adapters.kube_nodes import NodeRecord
 from tasks.errors import CapacityUnavailable, NotReadyYet, RequestRejected, StageFailed
 from tasks.planning import ec2_requests, identity, topology
 from tasks.planning.aws_errors import NOT_STARTED, TOKEN_SPENT
 from tasks.planning.identity import Generation, RunIdentity
 from tasks.planning.ledger import LedgerEntry, generation_entry, parse_time
+from tasks.planning.progress import Count, gang_counts
 from tasks.planning.manifests.common import DEPLOYMENT_LABEL as LABEL_DEPLOYMENT, RUN_LABEL as LABEL_RUN
 from tasks.planning.records import Fleet, Reserved
 from tasks.stages.clock import Clock, poll_until
@@ -36,6 +41,8 @@ SCOPE = "launch"  # the token generation of this run's RunInstances requests
 # How far ahead a Capacity Block's start may be for the launch to wait for it here (a resumed
 # run arrives at the start, give or take clocks and EC2's eventual consistency); pdlift's choice.
 START_RACE_S = 600.0
+
+OnProgress = Callable[[list[Count], bool], None]  # (instances running, joined; final)
 
 
 @dataclass
@@ -51,12 +58,74 @@ class _Tokens:
         self.record(generation_entry(SCOPE, self.generation, STAGE, why))
 
 
+@dataclass
+class _Gang:
+    """The gang's progress from what EC2 and EKS answered the lifecycle's own polls (``_Seen*``)."""
+
+    size: int
+    on_progress: OnProgress
+    is_joined: Callable[[NodeRecord], bool] = lambda node: False
+    states: dict[str, str] = field(default_factory=dict)  # instance -> EC2 state, as last described
+    joined: set[str] = field(default_factory=set)
+    _sent: list[Count] | None = field(default=None, init=False, repr=False)
+
+    def report(self, final: bool = False) -> None:
+        counts = gang_counts(self.size, self.states, self.joined)
+        if final or counts != self._sent:
+            self._sent = counts
+            self.on_progress(counts, final)
+
+
+class _SeenInstances:
+    """The Instances port as is, noting each instance's state in every DescribeInstances answer
+    (and the ones it terminates: they stop counting before EC2 has described them again)."""
+
+    def __init__(self, inner: Instances, gang: _Gang):
+        self._inner, self._gang = inner, gang
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def describe(self, ids: list[str] | None = None, filters: list[dict] | None = None) -> list[Instance]:
+        found = self._inner.describe(ids=ids, filters=filters)
+        self._gang.states.update({i.instance_id: i.state for i in found})
+        self._gang.report()
+        return found
+
+    def terminate(self, ids: list[str]) -> None:
+        self._inner.terminate(ids)
+        self._gang.states.update(dict.fromkeys(ids, "shutting-down"))
+        self._gang.report()
+
+
+class _SeenNodes:
+    """The KubeNodes port as is, noting which instances every full listing shows joined."""
+
+    def __init__(self, inner: KubeNodes, gang: _Gang):
+        self._inner, self._gang = inner, gang
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def nodes(self, label_selector: str = "") -> list[NodeRecord]:
+        found = self._inner.nodes(label_selector)
+        if not label_selector:  # the whole cluster: who is missing is known too
+            self._gang.joined = {n.instance_id for n in found if self._gang.is_joined(n)}
+            self._gang.report()
+        return found
+
+
 def launch(bp: Blueprint, run: RunIdentity, reserved: Reserved, cap: Capacity, inst: Instances,
            cluster: Cluster, kube: KubeNodes, record: Record, clock: Clock = Clock(),
-           ended: Ended = lambda instance_id: None, generations: Mapping[str, Generation] | None = None) -> Fleet:
-    """``generations``: the token generations the ledger recorded (``ledger.generations``)."""
+           ended: Ended = lambda instance_id: None, generations: Mapping[str, Generation] | None = None,
+           on_progress: OnProgress | None = None) -> Fleet:
+    """``generations``: the token generations the ledger recorded (``ledger.generations``).
+    ``on_progress(counts, final)``: instances running and joined of the gang, when they change."""
     _refuse_a_distant_start(reserved, clock)
-    nodes = NodeLifecycle(bp, run, reserved, inst, kube, record, ended, clock)
+    gang = _Gang(bp.node_count, on_progress or (lambda counts, final: None))
+    nodes = NodeLifecycle(bp, run, reserved, _SeenInstances(inst, gang), _SeenNodes(kube, gang), record, ended, clock)
+    gang.is_joined = nodes.joined
+    gang.report()
     tokens = _Tokens((generations or {}).get(SCOPE, Generation()), record, clock)
     template_id = _ensure_template(bp, run, reserved, cap, inst, cluster, record)
     instances = _adopt_or_launch(bp, run, nodes, template_id, tokens)
@@ -64,6 +133,7 @@ def launch(bp: Blueprint, run: RunIdentity, reserved: Reserved, cap: Capacity, i
     topo = nodes.topology([i.instance_id for i in members])
     roles = topology.assign_roles(topo, bp.topology.prefill.nodes)
     labelled = nodes.label(members, roles.role_of, topo)
+    gang.report(final=True)
     return Fleet(tuple(sorted(labelled, key=lambda n: (n.role != "prefill", n.instance_id))), template_id,
                  roles.shared_layer, tuple(replaced))
 

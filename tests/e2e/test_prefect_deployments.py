@@ -57,3 +57,14 @@ def test_the_migrate_form_offers_the_stages_and_options(prefect_deployed):
     schema = dep["parameter_openapi_schema"]
     params = schema["definitions"]["MigrateParams"]["properties"]
     assert {"blueprint", "run_id", "stages", "skip", "dry_run", "approve_capacity_block_purchase"} <= set(params)
+
+
+def test_the_status_deployment_publishes_what_runs_and_costs_even_with_no_aws_to_ask(prefect_deployed):
+    status, run = prefect_deployed.create_run("status", "status", {"blueprint_path": "blueprints/sandbox-2p2d.yaml"})
+    assert status == 201
+    finished = prefect_deployed.server.wait_terminal(run["id"], timeout_s=180)
+    assert finished["state_type"] == "COMPLETED", finished["state"]
+    _, artifacts = prefect_deployed.server.http(
+        "POST", "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
+    (artifact,) = [a for a in artifacts if a["key"] == "status-sandbox-2p2d"]
+    assert "Billing now" in artifact["data"] and "pdlift teardown blueprints/sandbox-2p2d.yaml" in artifact["data"]

@@ -36,7 +36,8 @@ FLOW_COMMANDS = {
     "plan-flow": (["plan-flow", BP], "flows.plan", "plan_flow"),
 }
 # The commands that run no flow (`fabric parse` and `deploy --render-only` neither).
-NO_FLOW = {"validate", "plan", "benchmark", "gate", "rollback", "weights", "state", "iam-policy", "eks-token"}
+NO_FLOW = {"validate", "plan", "benchmark", "gate", "rollback", "weights", "state", "iam-policy", "eks-token", "status",
+           "notify"}
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from tasks.planning.fabric.judge import (
 )
 from tasks.planning.fabric.outliers import outliers, robust_scores
 from tasks.planning.fabric.pairing import (
-    BadNodeFinding, Pair, bisect, find_bad_nodes, pair_key, pair_name, round_robin_rounds,
+    BadNodeFinding, Pair, bisect, find_bad_nodes, pair_key, pair_name, pending_rounds, round_robin_rounds,
     second_pass_rounds, settle_second_pass,
 )
 from tasks.planning.fabric.records import (
@@ -22,7 +22,7 @@ __all__ = [
     "BadNodeFinding", "Check", "NcclRun", "Pair", "PairRuns", "PingpongRun", "Verdict",
     "VerdictRecord", "attribute_pairs", "bisect", "find_bad_nodes", "judge_full_set",
     "judge_inventory", "judge_nics", "judge_pairs", "judge_single_nodes", "nccl_checks",
-    "negative_control", "node_verdicts", "outliers", "pair_floors", "pair_key", "pair_name",
+    "negative_control", "node_verdicts", "outliers", "pair_floors", "pair_key", "pair_name", "pending_rounds",
     "pingpong_checks", "record", "robust_scores", "round_robin_rounds", "second_pass_rounds",
     "settle_second_pass", "to_json", "worst",
 ]

@@ -51,6 +51,14 @@ def round_robin_rounds(nodes: Sequence[str]) -> tuple[tuple[Pair, ...], ...]:
     return tuple(rounds)
 
 
+def pending_rounds(nodes: Sequence[str], measured: Iterable[Pair] = ()) -> tuple[tuple[Pair, ...], ...]:
+    """The tournament's rounds less the pairs already measured (an earlier pass's, kept until a
+    node is replaced); rounds left empty are dropped, the rest stay disjoint."""
+    done = {pair_key(*p) for p in measured}
+    rounds = (tuple(p for p in r if pair_key(*p) not in done) for r in round_robin_rounds(nodes))
+    return tuple(r for r in rounds if r)
+
+
 def second_pass_rounds(suspects: Sequence[str], known_good: Sequence[str],
                        already_tested: Iterable[Pair] = ()) -> tuple[tuple[Pair, ...], ...]:
     """Pair each suspect with one known-good node, preferring a partner it has not met yet.

@@ -2,15 +2,10 @@
 // to Completed and open its artifacts; save a screenshot. Loopback only: every host but 127.0.0.1
 // resolves to nothing (the UI fetches an analytics host even with analytics off).
 // usage: node migrate_form.mjs UI_URL DEPLOYMENT_ID RUN_NAME SCREENSHOT.png
-import { chromium } from './node_modules/playwright-core/index.mjs';
+import { launch } from './launch.mjs';
 
 const [ui, deploymentId, runName, screenshot] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium', headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-         '--disable-component-update', '--disable-sync', '--disable-default-apps',
-         '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1'],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1600 } });
   page.setDefaultTimeout(60_000);

@@ -1,5 +1,6 @@
-"""`pdlift deploy` on the sandbox: the candidate comes up, the canary proves the KV path, re-applying
-changes nothing, kubectl sees it, and blue/green rollback removes only the candidate."""
+"""`pdlift deploy` on the sandbox: the candidate comes up (its progress shown per role), the canary
+proves the KV path, re-applying changes nothing, kubectl sees it, and blue/green rollback removes
+only the candidate."""
 
 from __future__ import annotations
 
@@ -16,10 +17,17 @@ from tasks.planning.manifests import render_production_service
 from tasks.stages import deploy as stage
 from sandbox.nodes import efa_counters
 from tasks.errors import StackFailure
+from tests.fixtures.artifacts import progress_artifacts
 
 
 @pytest.fixture(scope="module")
-def blue(make_module_site, kube_sandbox, prefect_harness, tmp_path_factory):
+def cli_stderr() -> io.StringIO:
+    """What `pdlift deploy` wrote to stderr in ``blue`` (not a terminal: its progress as log lines)."""
+    return io.StringIO()
+
+
+@pytest.fixture(scope="module")
+def blue(make_module_site, kube_sandbox, prefect_harness, tmp_path_factory, cli_stderr):
     """The first deploy of a fresh site through the CLI (flow, tasks, KUBECONFIG): colour blue."""
     site = make_module_site()
     out = io.StringIO()
@@ -27,10 +35,10 @@ def blue(make_module_site, kube_sandbox, prefect_harness, tmp_path_factory):
         mp.setenv("KUBECONFIG", str(kube_sandbox.kubeconfig))
         mp.setenv("PDLIFT_STATE_DIR", str(tmp_path_factory.mktemp("state")))
         started = time.monotonic()
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(cli_stderr):
             code = main(["deploy", str(site.path)])
         wall = time.monotonic() - started
-    assert code == 0
+    assert code == 0, cli_stderr.getvalue()[-3000:]
     result = json.loads(out.getvalue())
     print(f"\nsandbox bring-up (apply -> canary passed): {result['bring_up_s']:.1f} s; "
           f"phases {result['phases_s']}; whole CLI call {wall:.1f} s")
@@ -48,6 +56,19 @@ def test_pdlift_deploy_brings_up_blue_and_its_canary_proves_kv_moved_over_efa(bl
     written = {name: efa_counters.read(site.nodes.node(t.name).node_dir) for name, t in site.targets.items()}
     assert sum(c["rdma_write_bytes"] for c in written.values()) > 0
     assert sum(c["rdma_write_recv_bytes"] for c in written.values()) > 0
+
+
+def test_the_bring_up_shows_its_pods_ready_per_role_up_to_100_percent(blue, cli_stderr):
+    site, _ = blue
+    name = site.blueprint.name
+    progress = progress_artifacts(prefix=f"{name}-deploy-")
+    roles = ("prefill", "decode", "router", "total")
+    assert {key: pct for key, (pct, _) in progress.items()} == {f"{name}-deploy-{r}": 100.0 for r in roles}
+    assert progress[f"{name}-deploy-router"][1] == "deploy router: 2 of 2 pods Ready"
+    assert progress[f"{name}-deploy-total"][1] == "deploy total: 6 of 6 pods Ready"
+    # The CLI's bar on stderr (a log here, not a terminal): it ends at the same count.
+    bars = [line for line in cli_stderr.getvalue().splitlines() if line.startswith("deploy [")]
+    assert bars and bars[-1].endswith("100.0% prefill 2/2, decode 2/2, router 2/2")
 
 
 def test_kubectl_get_pods_shows_what_pdlift_applied(blue, kube_sandbox):

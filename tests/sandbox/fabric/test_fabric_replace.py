@@ -1,6 +1,7 @@
 """Stage 3 end to end through its Prefect flow on a launched sandbox fleet: a node with a slow
 link is pinned by the pairwise layer, terminated, replaced through EC2 and EKS in the same
-role, validated again, and the run's ledger, fleet and persisted results say so."""
+role, validated again, and the run's ledger, fleet, persisted results and progress artifacts
+say so."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from flows.fabric import fabric_flow
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.planning.identity import TAG_RUN
+from tests.fixtures.artifacts import progress_artifacts
 from tests.sandbox.fabric.conftest import launch_fleet
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("prefect_harness")]
@@ -31,7 +33,8 @@ def test_a_node_with_a_slow_link_is_isolated_by_the_pairwise_layer_replaced_and_
     # The terminated node's reservation slot is not free at the first try (as on EC2 for minutes).
     launched.admin.inject(action="RunInstances", code="ReservationCapacityExceeded", times=1)
 
-    summary = fabric_flow(str(launched.blueprint_path), run_id)
+    state = fabric_flow(str(launched.blueprint_path), run_id, return_state=True)
+    summary = state.result()
 
     assert summary.passed and summary.passes == 2
     ((old, new),) = [(r.old, r.new) for r in summary.replaced]
@@ -65,3 +68,11 @@ def test_a_node_with_a_slow_link_is_isolated_by_the_pairwise_layer_replaced_and_
 
     report = (Path(summary.results) / "report.md").read_text()
     assert f"replaced {old} with {new}" in report and report.splitlines()[0].endswith(": PASS")
+
+    # Progress: pass 1 ran 4 nodes x 3 layers and the 3 tournament rounds, then stopped; pass 2 ran
+    # what the new node needed (a node per layer, its 3 pairs in 3 rounds) and the 2 whole-set tests.
+    progress = progress_artifacts(flow_run_id=state.state_details.flow_run_id)
+    layers = ("inventory", "loopback", "single-node", "pairwise", "full-set", "total")
+    assert {k: pct for k, (pct, _) in progress.items()} == {f"sandbox-2p2d-fabric-{n}": 100.0 for n in layers}
+    assert progress["sandbox-2p2d-fabric-pairwise"][1] == "fabric pairwise: 6 of 6 pair rounds run"
+    assert progress["sandbox-2p2d-fabric-total"][1].startswith("fabric total: 23 of 23 units done")

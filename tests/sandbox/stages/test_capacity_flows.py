@@ -3,6 +3,7 @@
 import pytest
 
 from tasks.adapters.ledger_store import LedgerStore
+from tests.fixtures.artifacts import progress_artifacts
 from tests.sandbox.stages.conftest import ROOT, tagged
 
 BLUEPRINT = str(ROOT / "blueprints" / "sandbox-2p2d.yaml")
@@ -25,8 +26,13 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
     assert reserved.reservation_id.startswith("cr-") and not reserved.adopted
     again = reserve_flow(BLUEPRINT, "flowrun1")
     assert again.adopted and again.reservation_id == reserved.reservation_id
-    fleet = launch_flow(BLUEPRINT, "flowrun1")
+    launched = launch_flow(BLUEPRINT, "flowrun1", return_state=True)
+    fleet = launched.result()
     assert sorted(n.role for n in fleet.nodes) == ["decode", "decode", "prefill", "prefill"]
+    progress = progress_artifacts(flow_run_id=launched.state_details.flow_run_id)
+    assert {key: pct for key, (pct, _) in progress.items()} == {
+        "sandbox-2p2d-launch-running": 100.0, "sandbox-2p2d-launch-joined": 100.0, "sandbox-2p2d-launch-total": 100.0}
+    assert progress["sandbox-2p2d-launch-joined"][1] == "launch joined: 4 of 4 instances joined to the cluster"
     assert len(tagged(aws_env, "sandbox-2p2d")["instances"]) == 4
     # Each stage flow run alone records its own result in the run's ledger, as under migrate.
     ledger = LedgerStore().load("sandbox-2p2d", "flowrun1")
