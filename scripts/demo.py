@@ -39,7 +39,8 @@ VERBOSE = False
 TAIL_LINES = 20  # of the log, when a step fails
 NOTIFICATIONS = DEMO / "notifications.jsonl"  # what the automations sent to the demo's loopback webhook
 ENV_FILE = DEMO / "demo.env"  # what a shell needs to run pdlift against the demo (`set -a; . demo.env`)
-SET_UP = "PDLIFT_DEMO_SET_UP"  # set when .venv's Python re-runs the demo after the setup
+SET_UP = "PDLIFT_DEMO_SET_UP"
+PREFECT_ECHOES = ("Finished in state ", "Encountered exception during execution", "Engine execution exited")  # set when .venv's Python re-runs the demo after the setup
 
 
 def base_env() -> dict[str, str]:
@@ -339,7 +340,9 @@ def _errors(flow_run_id: str, count: int = 12) -> list[str]:
         "flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}, "limit": 50})]
     logs = http("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": ids}, "level": {"ge_": 30}},
                                          "sort": "TIMESTAMP_DESC", "limit": count})
-    return [entry["message"].splitlines()[0][:300] for entry in reversed(logs)]
+    lines = [entry["message"].splitlines()[0][:300] for entry in reversed(logs)]
+    # Prefect says the same failure again as each enclosing run ends: pdlift's own lines and the first telling
+    return [line for line in lines if not line.startswith(PREFECT_ECHOES)]
 
 
 def summary(flow_run_id: str, fr: dict, blueprint: str, env: dict[str, str]) -> None:

@@ -6,16 +6,15 @@ import datetime as dt
 import functools
 import os
 import traceback
-import uuid
 
-from prefect import get_client, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
 
 from blueprints.loader import load_blueprint
-from tasks.adapters import run_lease
+from tasks.adapters import prefect_runs, run_lease
 from tasks.adapters.run_lease import this_worker
 from tasks.errors import PdliftError
 from tasks.planning import ledger as ledger_plan
@@ -59,15 +58,8 @@ def _flow_run_id() -> str:
 
 
 def _flow_run_ended(flow_run_id: str) -> bool:
-    """Whether Prefect says the lease holder's flow run has ended (False when it cannot say)."""
-    if not flow_run_id:
-        return False
-    try:
-        with get_client(sync_client=True) as client:
-            state = client.read_flow_run(uuid.UUID(flow_run_id)).state
-    except Exception:  # unknown to this server, or the server is away: wait for the expiry
-        return False
-    return bool(state and state.is_final())
+    """Whether Prefect says the lease holder's flow run has ended (when it cannot say: wait for the expiry)."""
+    return prefect_runs.flow_run_ended(flow_run_id) is True
 
 
 @task(cache_policy=NO_CACHE)

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.settings import get_current_settings
 
 from blueprints.loader import load_blueprint
+from tasks.adapters.prefect_runs import flow_run_ended
 from tasks.planning import status as view
 from tasks.planning.identity import artifact_key
 from tasks.stages import status as stage
@@ -22,7 +23,8 @@ def current(blueprint_path: str, now: dt.datetime | None = None) -> view.Status:
     with Wiring(bp) as wiring:
         return stage.gather(bp, blueprint_path, wiring.state, wiring.ledgers, wiring.leases(),
                             lambda: wiring.capacity, lambda: wiring.instances, lambda: wiring.kube,
-                            now or dt.datetime.now(dt.timezone.utc), get_current_settings().ui_url)
+                            now or dt.datetime.now(dt.timezone.utc), get_current_settings().ui_url,
+                            lambda flow_run_id: flow_run_ended(flow_run_id, temporary_server=False))
 
 
 @task(cache_policy=NO_CACHE)

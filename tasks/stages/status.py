@@ -23,7 +23,7 @@ UNANSWERED = (PdliftError, OSError)
 
 def gather(bp: Blueprint, blueprint_path: str, store, ledgers, leases, capacity: Callable[[], Capacity],
            instances: Callable[[], Instances], kube: Callable[[], KubeObjects], now: dt.datetime,
-           ui_url: str | None) -> view.Status:
+           ui_url: str | None, flow_run_ended: Callable[[str], bool | None] = lambda _id: None) -> view.Status:
     """``capacity``, ``instances`` and ``kube`` build their adapter on first use: Kubernetes is
     asked only once a run has deployed (before that there may be no cluster to ask)."""
     unreachable: list[str] = []
@@ -35,7 +35,9 @@ def gather(bp: Blueprint, blueprint_path: str, store, ledgers, leases, capacity:
         except ConfigError as e:  # one unreadable lease does not hide the rest
             unreachable.append(f"lease of run {ledger.run_id}: {e}")
             continue
-        if lease is not None:
+        # A lease outlives a flow run that ended without giving it up (the next run takes it over
+        # at once, asking Prefect): that run is not in flight, whatever the expiry says.
+        if lease is not None and flow_run_ended(lease.flow_run_id) is not True:
             held.append(lease)
     reservations = _reservations(runs, capacity, unreachable)
     tagged = _tagged(bp, capacity, instances, unreachable)

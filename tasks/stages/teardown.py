@@ -34,7 +34,7 @@ class TeardownReport:
     kept: list[str] = field(default_factory=list)     # what cannot be released (Capacity Blocks), and why
 
     def lines(self) -> list[str]:
-        out = [f"released {f.kind} {f.resource_id} (run {f.run_id})" for f in self.released]
+        out = [f"released {f.kind} {f.resource_id}" + (f" (run {f.run_id})" if f.run_id else "") for f in self.released]
         return out + [f"kept {k}" for k in self.kept]
 
 

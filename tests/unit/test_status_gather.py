@@ -80,9 +80,9 @@ class Answering:
                         (engine,)) for role in ("prefill", "decode", "router")]
 
 
-def _gather(bp, store, ec2, kube, leases=None):
+def _gather(bp, store, ec2, kube, leases=None, ended=lambda _id: None):
     return stage.gather(bp, BP_PATH, store, LedgerStore(store), leases or RunLeases(store), lambda: ec2,
-                        lambda: ec2, lambda: kube, NOW, "http://127.0.0.1:4200")
+                        lambda: ec2, lambda: kube, NOW, "http://127.0.0.1:4200", ended)
 
 
 def test_a_deployed_run_shows_its_reservation_its_engines_and_its_gate(bp, store):
@@ -128,5 +128,8 @@ def test_a_held_lease_is_a_run_in_flight(bp, store):
     _ledger(bp, store, "r1", deployed=False)
     leases = RunLeases(store)
     leases.take(bp.name, "r1", Holder("fr-9", "host:42"))
-    (flying,) = _gather(bp, store, Answering(bp), Answering(bp), leases).in_flight
+    (flying,) = _gather(bp, store, Answering(bp), Answering(bp), leases).in_flight  # Prefect cannot say
     assert (flying.run_id, flying.stage, flying.flow_run_id) == ("r1", "launch", "fr-9")
+    assert _gather(bp, store, Answering(bp), Answering(bp), leases, ended={"fr-9": False}.get).in_flight
+    # its flow run failed without giving the lease up: not in flight, though the lease has not expired
+    assert _gather(bp, store, Answering(bp), Answering(bp), leases, ended={"fr-9": True}.get).in_flight == ()
