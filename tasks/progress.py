@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
 
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -25,19 +26,36 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tasks.planning.identity import artifact_key
 from tasks.planning.progress import Count, total
 
+F = TypeVar("F", bound=Callable)
 Listener = Callable[[str, list[Count]], None]  # (stage, counts)
-_listeners: list[Listener] = []
+
+
+class Listeners(Generic[F]):
+    """The callbacks of this process that want a kind of progress (the CLI's bars), each for as
+    long as its ``listening`` block runs; a stage takes a ``snapshot`` when it starts."""
+
+    def __init__(self) -> None:
+        self._fns: list[F] = []
+
+    @contextlib.contextmanager
+    def listening(self, fn: F) -> Iterator[None]:
+        self._fns.append(fn)
+        try:
+            yield
+        finally:
+            self._fns.remove(fn)
+
+    def snapshot(self) -> list[F]:
+        return list(self._fns)
+
+
+_listeners: Listeners[Listener] = Listeners()
 TOTAL = "total"
 
 
-@contextlib.contextmanager
-def progress_listener(fn: Listener) -> Iterator[None]:
+def progress_listener(fn: Listener) -> contextlib.AbstractContextManager[None]:
     """Call ``fn(stage, counts)`` on every progress report of a stage in this process (the CLI's bar)."""
-    _listeners.append(fn)
-    try:
-        yield
-    finally:
-        _listeners.remove(fn)
+    return _listeners.listening(fn)
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter:
@@ -66,7 +84,7 @@ class StageProgress:
         self.retry_after_s, self._clock = retry_after_s, clock
         # What a part's units are, for its description (part -> "pods Ready"; ``unit`` otherwise).
         self.units, self.unit = dict(units or {}), unit
-        self._listeners = list(_listeners)
+        self._listeners = _listeners.snapshot()
         self._lock = threading.Lock()
         self._ids: dict[str, object] = {}
         self._sent: dict[str, tuple[tuple[int, int], float]] = {}  # part -> (count sent, when)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
@@ -23,6 +23,7 @@ from tasks.planning.identity import artifact_key
 from tasks.planning.records import Fleet, StagedWeights
 from tasks.planning.staging import Manifest, NodeProbe, StagingPlan, check_safetensors_header, plan_staging
 from tasks.planning.staging_progress import NodeProgress, throughput_rows, total
+from tasks.progress import Listeners
 from tasks.stages import weights as stage
 from tasks.stages.nodes import pin, ssh_target
 from tasks.wiring import Wiring
@@ -32,17 +33,12 @@ from tasks.wiring import Wiring
 S3_LINE_RATE_GBPS = {"p5en.48xlarge": 100.0, "p5e.48xlarge": 100.0, "p5.48xlarge": 100.0}
 
 Listener = Callable[[list[NodeProgress]], None]
-_listeners: list[Listener] = []
+_listeners: Listeners[Listener] = Listeners()
 
 
-@contextlib.contextmanager
-def progress_listener(fn: Listener) -> Iterator[None]:
+def progress_listener(fn: Listener) -> contextlib.AbstractContextManager[None]:
     """Call ``fn(snapshot)`` on every progress tick of ``stage`` in this process (the CLI's bar)."""
-    _listeners.append(fn)
-    try:
-        yield
-    finally:
-        _listeners.remove(fn)
+    return _listeners.listening(fn)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
@@ -96,7 +92,7 @@ def plan_transfer(bp: Blueprint, manifest: Manifest, probes: list[NodeProbe]) ->
 def stage_weights(bp: Blueprint, nodes: list[SshNode], manifest: Manifest,
                   timeout_s: float | None = None) -> StagedWeights:
     """Run the stager on all nodes at once; fails naming node, key and reason."""
-    artifacts, listeners = ProgressArtifacts(bp.name), list(_listeners)
+    artifacts, listeners = ProgressArtifacts(bp.name), _listeners.snapshot()
 
     def on_progress(snapshot: list[NodeProgress], final: bool) -> None:
         artifacts.update(snapshot, force=final)
