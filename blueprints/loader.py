@@ -27,14 +27,19 @@ Marks = dict[Path_, tuple[int, int]]
 def load_blueprint(path: str | Path) -> Blueprint:
     """Read, parse and validate the blueprint at ``path``."""
     name = str(path)
+    if "\0" in name:  # open() would raise a bare ValueError ("embedded null byte")
+        raise BlueprintError([BlueprintProblem(name.replace("\0", "\\0"), None, None, "",
+                                               "the path has a NUL character in it", "check the path")])
     try:
-        raw = Path(path).read_bytes()
+        # At most one byte past the limit: a device (/dev/zero) or a huge file is refused, not read whole.
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise BlueprintError([BlueprintProblem(name, None, None, "", f"cannot read file: {e.strerror}",
                                                "check the path")]) from e
     if len(raw) > MAX_BYTES:
         raise BlueprintError([BlueprintProblem(name, None, None, "",
-                                               f"file is {len(raw)} bytes; a blueprint is under {MAX_BYTES}",
+                                               f"file is over {MAX_BYTES} bytes; a blueprint is under that",
                                                "point at the blueprint YAML, not a data file")])
     try:
         text = raw.decode("utf-8")

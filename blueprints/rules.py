@@ -6,6 +6,8 @@ The loader turns them into located ``BlueprintProblem``s.
 
 from __future__ import annotations
 
+import re
+
 from typing import NamedTuple
 
 from blueprints.schema import Blueprint
@@ -32,6 +34,9 @@ def nearest_capacity_block_hours(hours: int) -> list[int]:
     below = [h for h in valid if h < hours][-1:]
     above = [h for h in valid if h > hours][:1]
     return below + above
+
+
+IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 class RuleViolation(NamedTuple):
@@ -143,6 +148,12 @@ def _engine_rules(bp: Blueprint) -> list[RuleViolation]:
         out.append(RuleViolation(("kv_transfer", "nixl_mode"),
                                  "vLLM's pull NixlConnector rejects prefill pp > 1 (vllm#52913)",
                                  "use nixl_mode: push (NixlPushConnector) or connector: mooncake"))
+    if not IMAGE_DIGEST.search(e.image):
+        # Checked again when the stack is rendered; here it refuses a rollout's override (or a
+        # fleet strategy's second fleet) before anything is bought for an image no node may run.
+        out.append(RuleViolation(("engine", "image"), f"{e.image!r} is not pinned by digest: tags move, and a "
+                                 "GPU fleet must run exactly the image that was validated",
+                                 "use REGISTRY/REPO@sha256:<64 hex> (e.g. from `crane digest IMAGE:TAG`)"))
     known = instance_type(bp.aws.instance_type)
     uses_efa = known is not None and known.efa_devices > 0
     if uses_efa and d.ep > 1 and e.all2all_backend.startswith("deepep"):

@@ -103,6 +103,10 @@ class SshSpec(Frozen):
     user: str = Field(min_length=1)
     key_pair: str = Field(min_length=1)
     key_file: str = Field(min_length=1)
+    key_passphrase_env: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The environment variable holding key_file's passphrase (an encrypted key); the "
+                    "passphrase itself is never in the blueprint.")
     port: Annotated[int, Field(ge=1, le=65535)] = 22
     known_hosts: str | None = None
     bastion: str | None = Field(default=None, description="user@host[:port] for ProxyJump.")

@@ -13,9 +13,10 @@ the run's state store (``tasks.benchmark``), so the replay, on whichever worker,
 measurement and the verdict the person saw. A run without a
 deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
 it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
-A suspended run whose timeout passes is failed by Prefect when someone tries to resume it, and
-no code of this flow runs then: its candidate stays up until ``pdlift rollback BLUEPRINT COLOUR``
-(or ``pdlift teardown``) deletes it.
+A suspended run whose timeout passes is failed by Prefect's pause-expiration service ("The flow
+was paused and never resumed."), and no code of this flow runs then: its candidate stays up until
+the leak sweep (``sweep`` with the blueprint in ``blueprint_paths``, ``tasks.planning.leftovers``),
+``pdlift rollback BLUEPRINT COLOUR`` or ``pdlift teardown`` deletes it.
 """
 
 from __future__ import annotations

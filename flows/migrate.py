@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from flows import pipeline
 from flows.benchmark import benchmark_flow
@@ -36,7 +36,11 @@ REDEPLOY_STAGES: list[Stage] = ["weights", "deploy", "benchmark"]
 
 
 class MigrateParams(BaseModel):
-    """What the Prefect UI form asks for (kept flat: the UI's form handles flat models best)."""
+    """What the Prefect UI form asks for (kept flat: the UI's form handles flat models best).
+    An unknown key is refused (the deployment's schema says so, the API answers 409): a misspelt
+    ``dry_run`` must not start a whole migration."""
+
+    model_config = ConfigDict(extra="forbid")
 
     blueprint: str = Field("blueprints/sandbox-2p2d.yaml", description="Blueprint file, relative to the repo.")
     run_id: str | None = Field(None, description="Resume this run; empty: derived from the blueprint.")

@@ -26,9 +26,11 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-# Dummy credentials: the sandbox S3 accepts these and nothing else.
+# Dummy credentials: the sandbox S3 accepts these and nothing else. PDLIFT_SANDBOX_SECRET_KEY (read
+# once, here, by every sandbox process) replaces the secret: a test's recognisable canary that it then
+# looks for wherever pdlift writes (tests/e2e/test_canary_secret.py).
 ACCESS_KEY = "AKIAPDLIFTSANDBOX000"
-SECRET_KEY = "pdlift-sandbox-secret-not-a-real-key"
+SECRET_KEY = os.environ.get("PDLIFT_SANDBOX_SECRET_KEY") or "pdlift-sandbox-secret-not-a-real-key"
 REGION = "us-east-2"
 GRPC_OFFSET = 10000
 # weed's servers, each an HTTP port with a gRPC port at +GRPC_OFFSET.
@@ -57,7 +59,11 @@ class S3Ports:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on the port now. With SO_REUSEADDR, as SeaweedFS (Go's net
+    package) and Python's servers bind: connections of a stopped server left in TIME_WAIT (60 s
+    on Linux) do not keep a restarted one from its own port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

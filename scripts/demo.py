@@ -188,7 +188,9 @@ def setup() -> None:
         os.execve(venv_python, [str(venv_python), __file__, *sys.argv[1:]], {**os.environ, SET_UP: "1"})
 
 
-def up(blueprint: str, postgres: bool = False) -> dict[str, str]:
+def up(blueprint: str, postgres: bool = False, s3_state: bool | None = None) -> dict[str, str]:
+    """Everything the run needs, started; the environment a worker and a shell of the operator's use.
+    ``s3_state`` (default: with ``postgres``) keeps the run state in the sandbox's S3, as production does."""
     step("blueprint", [str(BIN / "pdlift"), "validate", blueprint])  # a bad one: one clear line, before anything starts
     # the blueprint's sandbox section: node addresses, SSH port, model size
     seconds = step("sandbox", [str(REPO / "scripts" / "sandbox"), "up", "--blueprint", blueprint],
@@ -202,6 +204,10 @@ def up(blueprint: str, postgres: bool = False) -> dict[str, str]:
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = url
         env["PDLIFT_STATE_URI"] = demo_postgres.state_uri(env)
         say(f"demo: PostgreSQL up ({url}); run state in {env['PDLIFT_STATE_URI']}   {seconds:6.1f} s")
+    elif s3_state:
+        import demo_postgres
+
+        env["PDLIFT_STATE_URI"] = demo_postgres.state_uri(env)
     started = time.monotonic()
     start("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PORT),
                              "--analytics-off"], env)

@@ -147,9 +147,10 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
         family = stage.read_sequential(results_path).get("family")
         report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
                              family=family)
-        # When and by which flow run: `pdlift status` shows the latest verdict and links to its run.
+        # When, by which flow run and of which colour: `pdlift status` shows the latest verdict and
+        # links to its run; the leak sweep knows which candidate a verdict was about.
         report_json = {**report_to_dict(report), "judged_at": now_str(dt.datetime.now(dt.timezone.utc)),
-                       "flow_run_id": str(prefect_flow_run.id or "")}
+                       "flow_run_id": str(prefect_flow_run.id or ""), "colour": colour}
         png, markdown = stage.write_report(directory, report, report_json, summaries, baseline,
                                            measured.notes, f"{bp.name} {colour} (run {run.run_id})")
         wiring.state.push(stage.bench_key(bp.name, run.run_id))

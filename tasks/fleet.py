@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from blueprints.loader import load_blueprint
 from tasks.errors import PdliftError
 from tasks.planning import fleet_swap as books
-from tasks.planning.identity import artifact_key
+from tasks.planning.identity import artifact_key, check_run_id
 from tasks.planning.ledger import now_str
 from tasks.planning.manifests.common import other_colour
 from tasks.planning.records import Handover
@@ -77,6 +77,7 @@ def begin(run: Run, live: str, earlier: Handover | None) -> Handover:
                                  f"before its switch; going on with its second fleet, run {earlier.successor}")
         return earlier
     successor = books.successor_run_id(earlier.successor if earlier is not None else run.run_id)
+    check_run_id(successor)  # before the handover is recorded: a fleet whose run id cannot label its nodes is refused
     get_run_logger().info(f"{run.blueprint.name}: a second fleet, run {successor}, for {other_colour(live)}; "
                           f"{live} stays live on run {run.run_id}'s fleet until the switch")
     return Handover(successor, other_colour(live), live, "building")

@@ -20,7 +20,7 @@ from tasks.errors import PdliftError
 from tasks.planning import ledger as ledger_plan
 from tasks.planning import notifications
 from tasks.planning import resume
-from tasks.planning.identity import artifact_key
+from tasks.planning.identity import artifact_key, check_run_id
 from tasks.planning.lease import Holder
 from tasks.planning.ledger import Ledger
 from tasks.planning.manifests.common import colour_namespace, stable_namespace
@@ -41,7 +41,8 @@ def start_run(blueprint_path: str, run_id: str | None, hold: bool = True) -> Run
     bp = load_blueprint(blueprint_path)
     wiring = Wiring(bp)
     rid = run_id_of(bp, run_id)
-    if hold:
+    if hold:  # a run that will work: its id labels the nodes it buys (a teardown may release any run)
+        check_run_id(rid)
         log = get_run_logger()
         leases = wiring.leases(log.info)
         lease = run_lease.hold(leases, bp.name, rid, Holder(_flow_run_id(), this_worker()),

@@ -10,9 +10,12 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
+from blueprints.loader import load_blueprint
 from blueprints.schema import Blueprint
+from tasks.adapters.prefect_runs import flow_run_ended
 from tasks.errors import ConfigError
 from tasks.planning import fleet_swap, notifications
+from tasks.stages import deploy as deploy_stage
 from tasks.stages import teardown as stage
 from tasks.stages.clock import Clock
 from tasks.wiring import RegionWiring, Wiring
@@ -155,3 +158,48 @@ def _fates(wiring: RegionWiring, stale: list[stage.Found],
 
 def _redacted(error: BaseException) -> str:
     return notifications.error_line(error, notifications.secret_values(os.environ))
+
+
+@task(cache_policy=NO_CACHE)
+def sweep_candidates(blueprint_path: str, apply: bool, active_runs: list[str]) -> list[dict]:
+    """Each colour of the blueprint's deployment that production does not route to: a leftover
+    (listed; deleted with ``apply``) or kept, with why (``tasks.planning.leftovers``). The case it
+    exists for: a suspended ``benchmark-gate`` run whose approval timed out is failed by Prefect
+    without running any of its code, so its candidate stays up until someone deletes it. A
+    blueprint that cannot be checked is a row saying why; it stops no other check."""
+    log = get_run_logger()
+    try:
+        bp = load_blueprint(blueprint_path)
+        with Wiring(bp) as wiring:
+            def judged():
+                # Prefect as configured, never a temporary server: it would know no run and say nothing.
+                return stage.leftover_candidates(bp, wiring.kube, wiring.state, wiring.ledgers, wiring.leases(),
+                                                 lambda fr: flow_run_ended(fr, temporary_server=False),
+                                                 dt.datetime.now(dt.timezone.utc), set(active_runs))
+            rows = [_candidate_row(bp, wiring, c, apply, judged, log) for c in judged()]
+    except Exception as e:  # noqa: BLE001 (the sweep goes on with the next blueprint and the report)
+        why = _redacted(e)
+        log.error(f"{blueprint_path}: candidates not checked: {why}")
+        return [_row("candidate-namespace", "-", blueprint_path, f"not checked: {why}", why)]
+    return rows
+
+
+def _candidate_row(bp: Blueprint, wiring: Wiring, candidate, apply: bool, judged, log) -> dict:
+    action, why = "kept", candidate.why
+    if candidate.leftover:
+        action = "would delete"
+        # Judged again right before deleting: a run that started meanwhile may own it now.
+        still = [c for c in judged() if c.colour == candidate.colour and c.leftover] if apply else [candidate]
+        if apply and not still:
+            action, why = "kept", "a run took it up while the sweep ran"
+        elif apply:
+            done = deploy_stage.rollback(bp, wiring.kube, candidate.colour, wait_s=0)
+            action = "deleted: " + (", ".join(done.deleted) or "already going")
+    log.warning(f"{bp.name}: candidate {candidate.colour} ({candidate.namespace}): {action}: {why}"
+                + (" (dry run: apply to delete)" if action == "would delete" else ""))
+    return _row("candidate-namespace", candidate.namespace, bp.name, action, why)
+
+
+def _row(kind: str, resource_id: str, deployment: str, action: str, why: str) -> dict:
+    return {"kind": kind, "resource_id": resource_id, "deployment": deployment, "run_id": "", "created_at": "",
+            "ttl_hours": "", "action": action, "why": why}

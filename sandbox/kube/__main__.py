@@ -31,13 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allowed-image", action="append", default=None,
                    help="fnmatch pattern of pullable images (repeatable; digests always pull)")
     p.add_argument("--no-system-node", action="store_true")
+    p.add_argument("--system-node-address", default=None,
+                   help="the CPU node's address (default 127.0.0.10): routers and other CPU pods bind it, so "
+                        "two sandboxes side by side each need their own")
     args = p.parse_args(argv)
     if not ipaddress.ip_address(args.host).is_loopback:
         p.error("the sandbox listens on loopback addresses only")
+    if args.system_node_address and not ipaddress.ip_address(args.system_node_address).is_loopback:
+        p.error("the system node's address must be a loopback address")
     settings = Settings.load(args.state_dir.resolve(), host=args.host, port=args.port,
                              cluster_name=args.cluster_name, sts_endpoint=args.sts_endpoint,
                              allowed_images=args.allowed_image,
-                             system_node=False if args.no_system_node else None)
+                             system_node=False if args.no_system_node else None,
+                             system_node_address=args.system_node_address)
     app = KubeApp(settings)
     app.start()
     stopping = threading.Event()

@@ -108,7 +108,11 @@ class NodeManager:
             keys = sshd.generate_host_keys(node_dir, f"root@{hostname}")
             records.write_wrappers(bin_dir, node_dir, instance_id)
             efa_counters.create(node_dir, profiles.profile(instance_type)["efa_devices"])
-            env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "PDLIFT_SANDBOX_NODE": instance_id,
+            # SHLVL=1: bash sources ~/.bashrc for an ssh command only at shell level 1 (bash's
+            # shell.c, SSH_SOURCE_BASHRC), so the login user's rc files on this machine (pyenv's
+            # rehash, which waits up to 60 s on a lock a killed session left) stay out of node
+            # sessions, as on a node's AMI, whose root has no such rc files.
+            env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "SHLVL": "1", "PDLIFT_SANDBOX_NODE": instance_id,
                    "PDLIFT_SANDBOX_NODE_DIR": str(node_dir), "PDLIFT_SANDBOX_ADDRESS": address,
                    "PDLIFT_SANDBOX_NVME": self.nvme_mount if self.namespaced else str(nvme_dir)}
             config = node_dir / "sshd_config"

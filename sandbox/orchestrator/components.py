@@ -91,11 +91,16 @@ class Component:
 
 
 def module_exists(module: str) -> Callable[[], bool]:
+    """Whether `module` is there. find_spec imports its parent packages: one that is absent means
+    "not built"; one that is there but fails to import (a broken __init__, a dependency it lacks)
+    raises, so it is not mistaken for a component still to be written."""
     def check() -> bool:
         try:
             return importlib.util.find_spec(module) is not None
-        except ImportError:  # the parent package itself is missing or broken
-            return False
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                return False  # the module or a package above it is absent
+            raise
     return check
 
 
@@ -186,6 +191,14 @@ def _kube_files(ctx: Context) -> tuple[Path, Path]:
     return ctx.root / "kube" / "endpoint.json", ctx.root / "kube" / "kubeconfig"
 
 
+def _system_node_address(ctx: Context) -> str:
+    """The address just below the first GPU node's (127.0.0.10 for the default 127.0.0.11): a
+    sandbox with node addresses of its own gets a CPU node (where routers bind) of its own too."""
+    import ipaddress
+
+    return str(ipaddress.IPv4Address(ctx.settings.get("node_address_base") or "127.0.0.11") - 1)
+
+
 def _kube_ready(ctx: Context, alive: Callable[[], bool], timeout_s: float) -> None:
     endpoint, _ = _kube_files(ctx)
     # A liveness probe only: any HTTP answer (401 without a token included) means it is up.
@@ -207,8 +220,8 @@ def _kube_ready(ctx: Context, alive: Callable[[], bool], timeout_s: float) -> No
 KUBE = Component(
     name="kube", what="Kubernetes API stand-in (HTTPS)",
     built=module_exists("sandbox.kube.__main__"),
-    command=lambda ctx: _python_module(ctx, "sandbox.kube", "--port",
-                                       str(ctx.settings["kube_port"])),
+    command=lambda ctx: _python_module(ctx, "sandbox.kube", "--port", str(ctx.settings["kube_port"]),
+                                       "--system-node-address", _system_node_address(ctx)),
     address=lambda ctx: f"https://{LOOPBACK}:{ctx.settings['kube_port']}",
     wait_ready=_kube_ready,
     env=lambda ctx: {"KUBECONFIG": str(_kube_files(ctx)[1])},

@@ -59,6 +59,23 @@ def belongs_to(pid: int, marker: Path) -> bool:
     return any(named.search(arg) for arg in cmdline(pid))
 
 
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below pid (Linux /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
 def _reap(pid: int) -> None:
     """Collect an exited child of this process (fixtures start children of pytest)."""
     try:

@@ -14,7 +14,9 @@ for ``stream_options.include_usage``); without a usage chunk the number of conte
 used and ``usage_missing`` says so.
 
 Failures are recorded, never raised: an HTTP status other than 200, an ``error`` event in the
-stream, a stream that ends without ``[DONE]``, a timeout or a connection error.
+stream, a stream that ends without ``[DONE]``, a timeout or a connection error, and an event
+that is not what an OpenAI server sends (not JSON, not an object, fields of the wrong type, an
+event of more than ``MAX_EVENT_BYTES``): one such request must not end the benchmark.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 ERROR_TEXT_LIMIT = 300
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # an engine's events are a few KB; beyond this it is not SSE
+
+
+class MalformedEvent(ValueError):
+    """A ``data:`` event that is JSON but not an OpenAI streaming chunk."""
 
 
 def sent_trace() -> aiohttp.TraceConfig:
@@ -61,6 +68,41 @@ def payload(model: str, prompt: str, output_tokens: int, chat: bool) -> bytes:
     else:
         body["prompt"] = prompt
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _event(line: bytes) -> dict:
+    """The chunk in one ``data:`` line, its fields type-checked as far as they are read here.
+
+    Raises ValueError (JSON) or MalformedEvent: the request is recorded as failed. Before this,
+    ``data: [1]``, ``data: null``, ``{"choices": 5}``, ``{"usage": 7}`` or a count of 1e999
+    raised AttributeError/TypeError/OverflowError out of ``stream_request`` and ended the whole
+    load point (the child process exited 1), and a deeply nested array hit RecursionError."""
+    try:
+        event = json.loads(line)
+    except RecursionError:
+        raise MalformedEvent("an event nested too deeply") from None
+    if not isinstance(event, dict):
+        raise MalformedEvent(f"an event that is not a JSON object: {line[:80]!r}")
+    choices = event.get("choices")
+    if choices is not None and not (isinstance(choices, list)
+                                    and all(isinstance(c, dict) and isinstance(c.get("delta") or {}, dict)
+                                            for c in choices)):
+        raise MalformedEvent(f"choices is not a list of objects: {line[:80]!r}")
+    usage = event.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        raise MalformedEvent(f"usage is not an object: {line[:80]!r}")
+    return event
+
+
+def _tokens(usage: dict, key: str) -> int:
+    value = usage.get(key) or 0
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise MalformedEvent(f"usage.{key} is not a count: {value!r:.40}") from None
+    if count < 0 or isinstance(value, bool):
+        raise MalformedEvent(f"usage.{key} is not a count: {value!r:.40}")
+    return count
 
 
 def _content(event: dict, chat: bool) -> bool:
@@ -100,15 +142,25 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
             out.send_ts = stamp["sent"] or due
             out.client_delay_s = out.send_ts - due
             if resp.status != 200:
-                out.error = f"HTTP {resp.status}: {_error_text(await resp.text())}"
+                # The status is the news: a body that is not UTF-8 (resp.text() raised
+                # UnicodeDecodeError) or that breaks off used to replace it with the decoding error.
+                try:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+                    text = f"(the body broke off: {type(e).__name__})"
+                out.error = f"HTTP {resp.status}: {_error_text(text)}"
                 out.end_ts = time.perf_counter()
                 return out
             buffer = b""
             chunks = 0
             async for data in resp.content.iter_any():
                 now = time.perf_counter()
-                buffer += data
+                # SSE lines may end in CRLF (a proxy's); events were split at LF LF only, so such
+                # a stream never matched and every request read as "ended without [DONE]".
+                buffer = (buffer + data).replace(b"\r\n", b"\n")
                 *events, buffer = buffer.split(b"\n\n")
+                if len(buffer) > MAX_EVENT_BYTES:  # never delimited: would grow until the timeout
+                    raise MalformedEvent(f"no event boundary in {len(buffer)} bytes: not an SSE stream")
                 for raw in events:
                     line = raw.strip()
                     if not line.startswith(b"data:"):
@@ -117,7 +169,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                     if line == b"[DONE]":
                         done = True
                         continue
-                    event = json.loads(line)
+                    event = _event(line)
                     if "error" in event:
                         out.error = f"stream error: {_error_text(event['error'])}"
                         continue
@@ -128,8 +180,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                         chunks += 1
                     usage = event.get("usage")
                     if usage:
-                        out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                        out.completion_tokens = int(usage.get("completion_tokens") or 0)
+                        out.prompt_tokens = _tokens(usage, "prompt_tokens")
+                        out.completion_tokens = _tokens(usage, "completion_tokens")
             out.end_ts = time.perf_counter()
             if not out.completion_tokens:
                 out.usage_missing, out.completion_tokens = True, chunks
@@ -138,7 +190,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     except asyncio.TimeoutError:
         out.error = f"timed out after {timeout_s:g} s"
     except (aiohttp.ClientError, OSError, ValueError) as e:
-        # ValueError: a malformed JSON event (json.JSONDecodeError) or an oversized line.
+        # ValueError: an event that is not JSON (json.JSONDecodeError, UnicodeDecodeError) or not
+        # an OpenAI chunk (MalformedEvent), a body that is not text.
         out.error = f"{type(e).__name__}: {_error_text(e)}"
     if not out.end_ts:
         out.end_ts = time.perf_counter()

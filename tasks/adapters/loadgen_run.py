@@ -71,7 +71,13 @@ def _tokenizer(session: aiohttp.ClientSession, spec: LoadSpec, model: str):
         status, answer = await _get_json(session, "POST", url, json=body)
         if status in NO_TOKENIZE or not isinstance(answer, dict) or "count" not in answer:
             return None
-        return int(answer["count"])
+        count = answer["count"]
+        # Only a count is a count: int("many"), int(None) and int(1e999) raised out of the load
+        # point, and a negative one sized the padding of a prompt (pads = target - count) at
+        # gigabytes. Anything else is a server without a usable /tokenize: lengths approximate.
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return None
+        return count
 
     return tokenize
 

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import paramiko
 
@@ -47,22 +47,28 @@ class SshSettings:
     max_parallel: int = 32
     connect_attempts: int = 3
     retry_delay_s: float = 0.5
+    key_passphrase_env: str | None = None  # the variable the passphrase came from, for messages
+    key_passphrase: str | None = field(default=None, repr=False)  # never shown
 
     @classmethod
     def from_spec(cls, spec, environ=None, **overrides) -> "SshSettings":
         """From a blueprint's ``aws.ssh``; PDLIFT_SSH_KEY_FILE (in ``environ``, default the process's)
-        overrides its key_file."""
+        overrides its key_file; an encrypted key's passphrase is read from the variable its
+        key_passphrase_env names."""
         environ = os.environ if environ is None else environ
+        passphrase_env = spec.key_passphrase_env
         fields = dict(user=spec.user, key_file=environ.get("PDLIFT_SSH_KEY_FILE") or spec.key_file,
                       port=spec.port, known_hosts=spec.known_hosts, bastion=spec.bastion,
-                      connect_timeout_s=spec.connect_timeout_s, max_parallel=spec.max_parallel)
+                      connect_timeout_s=spec.connect_timeout_s, max_parallel=spec.max_parallel,
+                      key_passphrase_env=passphrase_env,
+                      key_passphrase=environ.get(passphrase_env) if passphrase_env else None)
         return cls(**{**fields, **overrides})
 
 
 class Connector:
     def __init__(self, settings: SshSettings):
         self.settings = settings
-        self._pkey = load_key(settings.key_file)
+        self._pkey = load_key(settings.key_file, settings.key_passphrase, settings.key_passphrase_env)
         self._known = paramiko.HostKeys()
         if settings.known_hosts:
             try:
@@ -146,11 +152,28 @@ def parse_bastion(spec: str) -> tuple[str, str, int]:
     return user, host, int(port or 22)
 
 
-def load_key(path: str) -> paramiko.PKey:
+def load_key(path: str, passphrase: str | None = None, passphrase_env: str | None = None) -> paramiko.PKey:
+    """The private key at ``path``, decrypted with ``passphrase`` when it is encrypted. Messages name
+    ``passphrase_env`` (where the passphrase comes from), never the passphrase."""
     full = os.path.expanduser(path)
     try:
-        return paramiko.PKey.from_path(full)
+        return paramiko.PKey.from_path(full, passphrase.encode() if passphrase else None)  # positional: 5.0 renamed it
     except FileNotFoundError as e:
         raise ConfigError(f"SSH key file {path} not found (set aws.ssh.key_file or PDLIFT_SSH_KEY_FILE)") from e
+    except (paramiko.PasswordRequiredException, TypeError) as e:
+        # cryptography says it with a TypeError for PEM and PKCS8 keys ("Password was not given but
+        # private key is encrypted", "Password was given but private key is not encrypted.")
+        text = str(e).lower()
+        if isinstance(e, TypeError) and "password" not in text:
+            raise
+        if isinstance(e, TypeError) and "not encrypted" in text:
+            raise ConfigError(f"SSH key file {path} is not encrypted, but a passphrase was given"
+                              + (f" (${passphrase_env}, aws.ssh.key_passphrase_env)" if passphrase_env else "")
+                              + ": drop aws.ssh.key_passphrase_env") from e
+        how = (f"${passphrase_env} (aws.ssh.key_passphrase_env) is not set" if passphrase_env else
+               "name the variable that holds its passphrase in aws.ssh.key_passphrase_env")
+        raise ConfigError(f"SSH key file {path} is encrypted: {how}") from e
     except (OSError, paramiko.SSHException, ValueError) as e:
-        raise ConfigError(f"SSH key file {path} is not a usable private key: {e}") from e
+        also = "" if not passphrase else f" (or ${passphrase_env} is not its passphrase)" if passphrase_env else \
+            " (or the passphrase is wrong)"
+        raise ConfigError(f"SSH key file {path} is not a usable private key{also}: {e}") from e

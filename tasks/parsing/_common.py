@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from tasks.errors import ParseError
@@ -56,6 +57,21 @@ def check_text(text: object, tool: str) -> str:
     if len(text) > MAX_INPUT_CHARS:
         raise ParseError(f"{tool}: output is {len(text)} characters, more than {MAX_INPUT_CHARS}")
     return text
+
+
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) for the lines of ``text``, numbered by newline as ``grep -n``,
+    ``sed -n Np`` and editors number them: what a ParseError's "line N" must point at.
+
+    The lines are still those of ``str.splitlines()``, which also breaks at \\r, \\v, \\f,
+    \\x1c-\\x1e, \\x85, \\u2028 and \\u2029: numbering its lines directly put every line after
+    such a character off by one (found by tests/unit/parsing/test_parse_errors_name_the_line.py).
+    The pieces of one newline-separated line share its number; a blank line (and the end after
+    a final newline) comes out as one empty line, which every parser skips.
+    """
+    for number, physical in enumerate(text.split("\n"), 1):
+        for line in physical.splitlines() or [physical]:
+            yield number, line
 
 
 _INT = re.compile(r"^[+-]?\d{1,20}$", re.ASCII)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.errors import ParseError
-from tasks.parsing._common import check_text, jsonable
+from tasks.parsing._common import check_text, jsonable, numbered_lines
 
 _PROVIDER = re.compile(r"^provider:\s*(?P<v>\S+)\s*$")
 _FIELD = re.compile(r"^\s+(?P<k>[a-z_]+):\s*(?P<v>.*?)\s*$")
@@ -79,7 +79,7 @@ def parse_fi_info(text: str) -> FiInfoResult:
     text = check_text(text, "fi_info")
     entries: list[dict[str, str]] = []
     error = None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in numbered_lines(text):
         line = raw.rstrip()
         if not line.strip() or _LOG_LINE.match(line):
             continue

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tasks.errors import ParseError
 from tasks.parsing import nccl_log
 from tasks.parsing._common import (
-    MAX_KEPT_LINES, check_text, is_int, is_number, strip_prefixes, to_float, to_int,
+    MAX_KEPT_LINES, check_text, is_int, is_number, numbered_lines, strip_prefixes, to_float, to_int,
 )
 from tasks.parsing.nccl_model import (
     IncompleteRow, Measurement, NcclConfig, NcclResult, NcclRow, RankInfo, busbw_at, to_json,
@@ -246,7 +246,7 @@ class _TextParser:
 def parse_nccl_text(text: str) -> NcclResult:
     """Parse the text nccl-tests prints (one run; several tables are read as one)."""
     parser = _TextParser()
-    for lineno, raw in enumerate(check_text(text, "nccl-tests").splitlines(), 1):
+    for lineno, raw in numbered_lines(check_text(text, "nccl-tests")):
         parser.line(raw, f"line {lineno}: ")
     return parser.result()
 

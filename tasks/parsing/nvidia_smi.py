@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.errors import ParseError
-from tasks.parsing._common import check_text, jsonable, to_int
+from tasks.parsing._common import check_text, jsonable, numbered_lines, to_int
 
 QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "pci.bus_id")
 _LIST = re.compile(r"^GPU\s+(?P<index>\d{1,4}):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$")
@@ -88,47 +88,57 @@ def _column_name(cell: str) -> str:
 def parse_nvidia_smi(text: str) -> GpuInventory:
     """Either output form (CSV query or -L), told apart by its first meaningful line."""
     text = check_text(text, "nvidia-smi")
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    failure = next((m.group(1).strip()[:300] for ln in lines if (m := _FAILURE.search(ln))), None)
+    # Numbered before the blank lines are dropped: an error's "line N" is the line an editor
+    # shows (numbering the non-blank lines put it off by the blank lines above it).
+    lines = [(n, ln) for n, ln in numbered_lines(text) if ln.strip()]
+    failure = next((m.group(1).strip()[:300] for _, ln in lines if (m := _FAILURE.search(ln))), None)
     if failure is not None:
         return GpuInventory((), failure)
     if not lines:
         raise ParseError("nvidia-smi: empty output")
     if len(lines) > _MAX_GPUS * 8:
         raise ParseError("nvidia-smi: output too long for a GPU listing")
-    if _LIST.match(lines[0].strip()):
+    if _LIST.match(lines[0][1].strip()):
         return GpuInventory(_parse_list(lines))
     return GpuInventory(_parse_csv(lines))
 
 
-def _parse_list(lines: list[str]) -> tuple[GpuInfo, ...]:
+def _quoted(line: str) -> str:
+    return repr(line.strip()[:120])
+
+
+def _parse_list(lines: list[tuple[int, str]]) -> tuple[GpuInfo, ...]:
     gpus = []
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in lines:
         if _MIG.match(line):
             continue
         m = _LIST.match(line.strip())
         if not m:
-            raise ParseError(f"nvidia-smi -L: line {lineno}: not a 'GPU N: NAME (UUID: ...)' line")
+            raise ParseError(f"nvidia-smi -L: line {lineno}: {_quoted(line)} is not a "
+                             "'GPU N: NAME (UUID: ...)' line")
         gpus.append(GpuInfo(index=int(m["index"]), name=m["name"], uuid=m["uuid"]))
     return tuple(gpus)
 
 
-def _parse_csv(lines: list[str]) -> tuple[GpuInfo, ...]:
-    first = [_column_name(c) for c in lines[0].split(",")]
+def _parse_csv(lines: list[tuple[int, str]]) -> tuple[GpuInfo, ...]:
+    first = [_column_name(c) for c in lines[0][1].split(",")]
     if "index" in first:
-        fields, rows, offset = tuple(first), lines[1:], 2
+        fields, rows = tuple(first), lines[1:]
     else:
-        fields, rows, offset = QUERY_FIELDS, lines, 1
-    gpus = []
-    for n, line in enumerate(rows):
-        where = f"nvidia-smi: line {n + offset}: "
+        fields, rows = QUERY_FIELDS, lines
+    gpus: list[GpuInfo] = []
+    seen: dict[int, int] = {}
+    for lineno, line in rows:
+        where = f"nvidia-smi: line {lineno}: "
         cells = line.split(",")
         if len(cells) != len(fields):
             raise ParseError(f"{where}expected {len(fields)} columns ({', '.join(fields)}), "
-                             f"found {len(cells)}")
-        gpus.append(_gpu({f: _value(c) for f, c in zip(fields, cells)}, where))
-    if len({g.index for g in gpus}) != len(gpus):
-        raise ParseError("nvidia-smi: the same GPU index is listed twice")
+                             f"found {len(cells)} in {_quoted(line)}")
+        gpu = _gpu({f: _value(c) for f, c in zip(fields, cells)}, where)
+        if gpu.index in seen:
+            raise ParseError(f"{where}GPU index {gpu.index} is listed twice (first on line {seen[gpu.index]})")
+        seen[gpu.index] = lineno
+        gpus.append(gpu)
     return tuple(gpus)
 
 

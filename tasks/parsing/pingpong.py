@@ -17,7 +17,7 @@ from typing import Any
 
 from tasks.errors import ParseError
 from tasks.parsing._common import (
-    MAX_KEPT_LINES, check_text, jsonable, split_prefixes, to_float,
+    MAX_KEPT_LINES, check_text, jsonable, numbered_lines, split_prefixes, to_float,
 )
 
 _SIZE = re.compile(r"^(\d{1,19})(?:\.(\d))?([kmg]?)$", re.ASCII)
@@ -160,7 +160,7 @@ def parse_pingpong(text: str, exit_code: int | None = None) -> PingpongResult:
     integrity: list[str] = []
     errors: list[str] = []
     seen_header = False
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in numbered_lines(text):
         where = f"line {lineno}: "
         tag, line = split_prefixes(raw)
         line = line.strip()

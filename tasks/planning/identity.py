@@ -21,6 +21,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from tasks.errors import ConfigError
+
 TAG_DEPLOYMENT = "pdlift:deployment"
 TAG_RUN = "pdlift:run"
 TAG_STAGE = "pdlift:stage"
@@ -53,6 +55,23 @@ class Generation:
 
     def next(self, at: dt.datetime) -> "Generation":
         return Generation(self.number + 1, at)
+
+
+# A run id is the value of the ``pdlift.io/run`` node label (kubelet's --node-labels in the user
+# data) and of EC2 tags, and part of state-store keys: a Kubernetes label value (at most 63
+# characters, alphanumerics with '-', '_' or '.' between). One that is not would be refused only
+# when the bought nodes fail to register.
+RUN_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it can label a node; else ConfigError naming the field and the fix."""
+    if not RUN_ID.fullmatch(run_id):
+        raise ConfigError(f"run_id {run_id!r} cannot be used: it labels the run's nodes (pdlift.io/run) and tags "
+                          "its resources, so it must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
+                          "with a letter or digit (e.g. 'migrate-2026-12-04'); leave it empty to derive one from "
+                          "the blueprint")
+    return run_id
 
 
 def default_run_id(blueprint_json: str) -> str:

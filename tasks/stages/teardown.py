@@ -7,13 +7,19 @@ cancelled; teardown reports when they end instead.
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from blueprints.schema import Blueprint
 from tasks.errors import NotReadyYet, StageFailed
-from tasks.planning import fleet_swap, identity
+from tasks.planning import fleet_swap, identity, leftovers
+from tasks.planning.manifests import common
 from tasks.planning.identity import TAG_CREATED, TAG_DEPLOYMENT, TAG_RUN, TAG_TTL
 from tasks.stages.clock import Clock, poll_until
-from tasks.stages.ports import Capacity, Instances, KubeNodes
+from tasks.stages import deploy as deploy_stage
+from tasks.stages.benchmark import bench_key
+from tasks.stages.ports import Capacity, Instances, KubeNodes, KubeObjects
 from tasks.stages.reserve import LIVE_STATES
 
 
@@ -139,3 +145,48 @@ def _parse(text: str) -> dt.datetime | None:
         return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
     except ValueError:
         return None
+
+
+def leftover_candidates(bp: Blueprint, kube: KubeObjects, store, ledgers, leases,
+                        flow_run_ended: Callable[[str], bool | None], now: dt.datetime,
+                        active_runs: set[str] = frozenset()) -> list[leftovers.Candidate]:
+    """Every colour of the deployment that production does not route to, each judged a leftover
+    or kept, with why (``tasks.planning.leftovers``). A ledger or lease that cannot be read
+    raises: nothing is deleted on a guess."""
+    present = {}
+    for colour in common.COLOURS:
+        ns = kube.get("v1", "Namespace", common.colour_namespace(bp, colour))
+        if ns and not ns["metadata"].get("deletionTimestamp"):  # one being deleted is on its way
+            kept = (ns["metadata"].get("annotations") or {}).get(common.KEPT_ANNOTATION)
+            present[colour] = leftovers.ColourSeen(ns["metadata"]["name"], leftovers.parse_time(kept))
+    if not present:
+        return []
+    service = kube.get("v1", "Service", bp.name, common.stable_namespace(bp))
+    runs = [_run_seen(bp, store, ledgers, leases, run_id, flow_run_ended, now, active_runs)
+            for run_id in _oldest_first(bp, ledgers)]
+    return leftovers.judge_candidates(bp.name, service is not None, deploy_stage.live_colour(bp, kube), present,
+                                      runs, now, bp.promotion.approval_timeout_s)
+
+
+def _oldest_first(bp: Blueprint, ledgers) -> list[str]:
+    found = [ledger for ledger in (ledgers.load(bp.name, rid) for rid in ledgers.runs(bp.name)) if ledger]
+    return [ledger.run_id for ledger in sorted(found, key=lambda ledger: ledger.created_at)]
+
+
+def _run_seen(bp: Blueprint, store, ledgers, leases, run_id: str, flow_run_ended, now: dt.datetime,
+              active_runs: set[str]) -> leftovers.RunSeen:
+    ledger = ledgers.load(bp.name, run_id)
+    lease, _ = leases.current(bp.name, run_id)
+    deployed, gate, handover = ledger.deployed(), ledger.gate(), ledger.handover()
+    report = store.get(f"{bench_key(bp.name, run_id)}/gate.json")
+    try:
+        verdict = json.loads(report.data) if report else {}
+    except ValueError:
+        verdict = {"outcome": "unreadable"}
+    return leftovers.RunSeen(
+        run_id, lease.flow_run_id if lease else "", flow_run_ended(lease.flow_run_id) if lease else True,
+        lease.expired(now) if lease else True, lease.expires_at if lease else "",
+        deployed.colour if deployed else None, str(verdict.get("outcome") or ""),
+        leftovers.parse_time(verdict.get("judged_at")), verdict.get("colour"),
+        gate.promotion.colour if gate is not None and gate.promotion else None,
+        handover is not None and handover.phase not in ("released", "abandoned"), run_id in active_runs)

@@ -113,10 +113,13 @@ def test_failed_requests_are_recorded_not_raised(module_engine_launcher):
         "HTTP 500: Internal server error (injected fault)"}
 
 
+@timing
 def test_poisson_mode_sends_at_the_requested_rate_and_records_the_wait_for_a_slot(plain_engine):
     result, s = _measure(plain_engine, input_tokens=20, output_tokens=2, concurrency=2, duration_s=2.0,
                          max_requests=500, warmup_requests=0, mode="poisson", rate=40.0, seed=3)
-    assert 55 <= s.requests <= 110 and s.failed == 0     # 40/s for 2 s is 80 on average
+    # 40/s for 2 s: Poisson(80), sd ~8.9; 80 +- 4 sd. The arrival times are seeded (not read from
+    # the clock), so the count is the same on any machine, and 20/s or 60/s would fall outside.
+    assert 44 <= s.requests <= 116 and s.failed == 0
     # Two slots serve ~28 requests/s (70 ms each): the rest queue, and the wait is on record.
     assert s.queue_wait.mean > 50
 

@@ -274,3 +274,27 @@ def test_fan_out_to_64_nodes_holds_the_parallelism_bound(tmp_path, sshd):
     finally:
         for daemon in daemons:
             daemon.stop()
+
+
+@pytest.mark.parametrize("fmt", ["TraditionalOpenSSL", "PKCS8"])
+def test_a_pem_key_encrypted_or_not_against_the_passphrase_given_is_a_config_error_naming_the_variable(tmp_path, fmt):
+    """cryptography reports these with a TypeError ("Password was not given but private key is
+    encrypted" and the reverse): pdlift says which, names the variable, never the value."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from tasks.adapters.ssh_connect import load_key
+    from tasks.errors import ConfigError
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    fmt_ = getattr(serialization.PrivateFormat, fmt)
+    secret = "pdlift-canary-passphrase-7f3e"
+    encrypted, plain = tmp_path / "enc.pem", tmp_path / "plain.pem"
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, fmt_,
+                                            serialization.BestAvailableEncryption(secret.encode())))
+    plain.write_bytes(key.private_bytes(serialization.Encoding.PEM, fmt_, serialization.NoEncryption()))
+    with pytest.raises(ConfigError, match=r"is encrypted: \$KEY_PASS \(aws.ssh.key_passphrase_env\) is not set"):
+        load_key(str(encrypted), None, "KEY_PASS")
+    with pytest.raises(ConfigError, match=r"is not encrypted, but a passphrase was given \(\$KEY_PASS") as given:
+        load_key(str(plain), secret, "KEY_PASS")
+    assert secret not in str(given.value)

@@ -102,3 +102,68 @@ def test_a_suspended_gate_resumed_in_a_new_process_and_working_copy_decides_with
     assert store.get(f"runs/{bp.name}/{run_id}/bench/gate.json").data == report
     assert stacks.kube.get("v1", "Service", bp.name, bp.name)["spec"]["selector"][COLOUR_LABEL] == "green"
     assert store.keys("results"), "no persisted result in the state store"
+
+
+def test_a_suspended_gate_whose_approval_times_out_leaves_its_candidate_to_the_sweep_which_deletes_it(
+        bench_env, prefect_server, tmp_path, monkeypatch):
+    """Prefect's pause-expiration service fails the suspended run with none of its code running
+    (so no rollback): the candidate stays up until the sweep, which waits while the run is
+    suspended and deletes the candidate, not the live colour, once the run has ended. On a real
+    `prefect server start` (the test harness's server runs no such service)."""
+    from prefect import flow
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tasks import teardown
+    from tasks.adapters.state_store import LocalStore
+    from tasks.planning.manifests.common import COLOUR_LABEL
+
+    stacks, run_id = bench_env, "expire-" + uuid.uuid4().hex[:6]
+    store = LocalStore(tmp_path / "shared-volume")
+    bp = stacks.blueprint
+    store.put(f"baselines/{bp.name}.json", (tmp_path / "state" / "baselines" / f"{bp.name}.json").read_bytes())
+    source = stacks.write_blueprint("expire.yaml", gate={"min_samples": 500}, promotion={"approval_timeout_s": 5})
+    repo = copy_repo(tmp_path / "pod" / "repo")
+    (repo / "blueprints" / "expire.yaml").write_text(source.read_text())
+    for d in ("state", "home", "tmp"):
+        (tmp_path / "pod" / d).mkdir()
+    env = {**os.environ, "PREFECT_API_URL": prefect_server.api, "PREFECT_HOME": str(tmp_path / "pod" / "home"),
+           "PDLIFT_REPO": str(repo), "PYTHONPATH": str(repo), "PDLIFT_STATE_DIR": str(tmp_path / "pod" / "state"),
+           "TMPDIR": str(tmp_path / "pod" / "tmp"), "PDLIFT_STATE_URI": store.uri, "DO_NOT_TRACK": "1",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "KUBECONFIG": os.environ["KUBECONFIG"]}
+    monkeypatch.setenv("PDLIFT_STATE_URI", store.uri)  # the sweep below reads the same leases and ledgers
+
+    @flow(name="sweep-candidates-test")
+    def sweep(apply: bool) -> list[dict]:
+        return teardown.sweep_candidates(str(source), apply, [])
+
+    from prefect.client.orchestration import get_client
+
+    with temporary_settings({PREFECT_API_URL: prefect_server.api}):
+        deployment_id = asyncio.run(_deployment())
+        with get_client(sync_client=True) as client:
+            flow_run = client.create_flow_run_from_deployment(uuid.UUID(deployment_id), parameters={
+                "blueprint_path": "blueprints/expire.yaml", "run_id": run_id, "colour": "green"})
+        out = _execute(str(flow_run.id), env, tmp_path / "pod.log")
+        assert _state(str(flow_run.id)).name == "Suspended", out[-3000:]
+        (kept,) = sweep(apply=True)
+        assert (kept["resource_id"], kept["action"]) == (f"{bp.name}-green", "kept"), kept
+        assert run_id in kept["why"] and str(flow_run.id) in kept["why"]  # Paused: it waits for a person
+        assert stacks.kube.get("v1", "Namespace", f"{bp.name}-green") is not None
+
+        deadline = time.monotonic() + 90
+        while (state := _state(str(flow_run.id))).type.value == "PAUSED":
+            assert time.monotonic() < deadline, "Prefect never failed the expired suspension"
+            time.sleep(1)
+        assert state.type.value == "FAILED" and "never resumed" in (state.message or ""), state
+        assert stacks.kube.get("v1", "Namespace", f"{bp.name}-green") is not None  # no code of the run ran
+
+        (report,) = sweep(apply=False)
+        assert (report["resource_id"], report["action"]) == (f"{bp.name}-green", "would delete")
+        assert "gate was INCONCLUSIVE" in report["why"] and "production routes to blue" in report["why"]
+        assert stacks.kube.get("v1", "Namespace", f"{bp.name}-green") is not None  # a dry run deletes nothing
+        (report,) = sweep(apply=True)
+        assert report["action"].startswith("deleted: ") and f"Namespace {bp.name}-green" in report["action"]
+        green = stacks.kube.get("v1", "Namespace", f"{bp.name}-green")
+        assert green is None or green["metadata"].get("deletionTimestamp")
+        assert stacks.kube.get("v1", "Service", bp.name, bp.name)["spec"]["selector"][COLOUR_LABEL] == "blue"
+        assert stacks.kube.get("v1", "Namespace", f"{bp.name}-blue") is not None

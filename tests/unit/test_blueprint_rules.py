@@ -113,3 +113,11 @@ def test_rule_problems_carry_the_line_of_their_field():
         parse_blueprint(text, "bp.yaml")
     (p,) = info.value.problems
     assert p.line == next(i for i, l in enumerate(text.splitlines(), 1) if "all2all_backend" in l)
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.22.0", "not an image!!",
+                                   "public.ecr.aws/x/vllm@sha256:" + "0" * 63])
+def test_the_engine_image_must_be_pinned_by_digest(image):
+    pinned = "public.ecr.aws/deep-learning-containers/vllm@sha256:3f1e9c0d5b7a2e4c6d8f0a1b3c5e7d9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d"
+    found = _problems(_edit((pinned, image)))
+    assert "is not pinned by digest" in found["engine.image"] and "@sha256:<64 hex>" in found["engine.image"]

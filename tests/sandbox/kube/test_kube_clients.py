@@ -218,6 +218,8 @@ def test_the_python_client_watches_changes_from_a_resource_version(kube_client, 
 
 
 def test_kubectl_watch_streams_new_objects(kube_sandbox, kube_client, kube_namespace):
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "listed"}})
     proc = subprocess.Popen([str(KUBECTL), "get", "configmaps", "-n", kube_namespace, "--watch",
                              "-o", "name"], env=kube_sandbox.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -225,9 +227,10 @@ def test_kubectl_watch_streams_new_objects(kube_sandbox, kube_client, kube_names
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     try:
-        time.sleep(1.5)  # kubectl lists first, then watches from that list's resourceVersion
-        client.CoreV1Api(kube_client).create_namespaced_config_map(
-            kube_namespace, {"metadata": {"name": "watched"}})
+        # kubectl lists first, then watches from that list's resourceVersion: once the object made
+        # before it started shows up, the list is done, and what is created now comes by the watch.
+        wait_for(lambda: "configmap/listed\n" in lines, timeout=20, what="kubectl's initial list")
+        core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "watched"}})
         wait_for(lambda: "configmap/watched\n" in lines, timeout=10, what="kubectl watch output")
     finally:
         proc.terminate()

@@ -56,10 +56,10 @@ def require_node_tools() -> None:
     import os
     import shutil
 
-    import pytest
+    from tests.fixtures.strict import missing
 
     if not (os.path.exists("/usr/sbin/sshd") and shutil.which("fi_pingpong") and shutil.which("ssh-keygen")):
-        pytest.skip("needs Debian openssh-server and libfabric-bin")
+        missing("needs Debian openssh-server and libfabric-bin (scripts/setup installs them)")
 
 
 def host_keys_from_console(console: str) -> list[tuple[str, str]]:

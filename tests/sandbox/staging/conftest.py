@@ -5,9 +5,11 @@ misbehaving S3 proxy in front of the sandbox S3, and its environment for the orc
 from __future__ import annotations
 
 import random
+import shutil
 
 import pytest
 
+from tests.fixtures.strict import missing
 from tests.sandbox.staging.s3proxy import S3Proxy
 from tests.sandbox.staging.sshd import free_port
 from tests.sandbox.staging.support import NODES, SMALL_NODE, Nodes
@@ -19,7 +21,11 @@ def staging_nodes(tmp_path_factory):
     from sandbox.nodes.manager import NodeManager
     from sandbox.nodes.tools import faults
 
+    if shutil.which("unshare") is None:
+        missing("sandbox nodes need util-linux's unshare (scripts/setup installs it)")
     if not node_sshd.namespaces_supported():
+        # A plain skip: unshare is there but the kernel or the container (no CAP_SYS_ADMIN, no
+        # unprivileged user namespaces) refuses mount namespaces; no setup step can grant that.
         pytest.skip("sandbox nodes need mount namespaces for their own NVMe")
     state = tmp_path_factory.mktemp("staging-nodes")
     faults.fault_file(state).parent.mkdir(parents=True, exist_ok=True)
