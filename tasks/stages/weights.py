@@ -89,9 +89,19 @@ def probe(shell: Shell, nodes: list[SshNode], manifest: Manifest, staging: Stagi
     failed = [o for o in outcomes if o.error]
     if failed:
         lines = [f"{o.node.label}: {o.error}" for o in failed]
-        raise _error_class(failed)("could not probe {} node(s) for staging:\n  {}".format(
-            len(failed), "\n  ".join(lines))) from failed[0].error
+        raise _error_class(failed)("could not probe {} node(s) for staging:\n  {}{}".format(
+            len(failed), "\n  ".join(lines), _unreachable_hint(failed))) from failed[0].error
     return [o.value for o in outcomes]
+
+
+def _unreachable_hint(failed: list[Outcome]) -> str:
+    """A node that stopped answering SSH after the fabric stage passed stays in the fleet: staging
+    it again cannot succeed, but the fabric stage's inventory layer replaces it."""
+    gone = [o.node.name for o in failed if isinstance(o.error, RemoteUnavailable)]
+    if not gone:
+        return ""
+    return (f"\n{', '.join(gone)} no longer answer(s) SSH: run the stages again from fabric (the migrate "
+            "deployment's `rerun: [fabric]`), which isolates and replaces a node that does not answer, or tear down")
 
 
 def stage(shell: Shell, nodes: list[SshNode], manifest: Manifest, blueprint: Blueprint, environ: Mapping[str, str],
