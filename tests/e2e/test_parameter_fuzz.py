@@ -178,7 +178,8 @@ def no_aws(monkeypatch, tmp_path, deployed):
     """Flows run in this process against the server; every AWS call is refused and counted; the
     state directory is a fresh one (a lease or ledger there means the run got as far as a run)."""
     import botocore.client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tests.fixtures.prefect_server import using_api
 
     calls: list[str] = []
 
@@ -190,7 +191,7 @@ def no_aws(monkeypatch, tmp_path, deployed):
     monkeypatch.setenv("PDLIFT_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("PDLIFT_STATE_URI", raising=False)
     monkeypatch.chdir(REPO)  # the worker's pull step: flows run from the checkout
-    with temporary_settings({PREFECT_API_URL: deployed.server.api}):
+    with using_api(deployed.server.api):
         yield calls, tmp_path / "state"
 
 

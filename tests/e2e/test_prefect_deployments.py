@@ -42,7 +42,7 @@ def test_the_schedules_and_one_run_limits_exist_after_deployment(prefect_deploye
     _, sweep = server.http("GET", "/deployments/name/sweep/sweep")
     _, redeploy = server.http("GET", "/deployments/name/redeploy/redeploy")
     assert [s["schedule"]["cron"] for s in sweep["schedules"]] == ["0 * * * *"]
-    assert sweep["parameters"] == {"apply": False}
+    assert sweep["parameters"] == {"apply": False, "blueprint_paths": ["blueprints/sandbox-2p2d.yaml"]}
     assert [s["schedule"]["cron"] for s in redeploy["schedules"]] == ["0 3 * * 1"]
     for flow, name in (("migrate", "migrate"), ("redeploy", "redeploy"), ("rollout", "rollout"),
                        ("teardown", "teardown"), ("sweep", "sweep")):

@@ -111,11 +111,11 @@ def test_a_suspended_gate_whose_approval_times_out_leaves_its_candidate_to_the_s
     suspended and deletes the candidate, not the live colour, once the run has ended. On a real
     `prefect server start` (the test harness's server runs no such service)."""
     from prefect import flow
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from tasks import teardown
     from tasks.adapters.state_store import LocalStore
     from tasks.planning.manifests.common import COLOUR_LABEL
+    from tests.fixtures.prefect_server import using_api
 
     stacks, run_id = bench_env, "expire-" + uuid.uuid4().hex[:6]
     store = LocalStore(tmp_path / "shared-volume")
@@ -138,7 +138,7 @@ def test_a_suspended_gate_whose_approval_times_out_leaves_its_candidate_to_the_s
 
     from prefect.client.orchestration import get_client
 
-    with temporary_settings({PREFECT_API_URL: prefect_server.api}):
+    with using_api(prefect_server.api):
         deployment_id = asyncio.run(_deployment())
         with get_client(sync_client=True) as client:
             flow_run = client.create_flow_run_from_deployment(uuid.UUID(deployment_id), parameters={
