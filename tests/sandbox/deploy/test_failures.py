@@ -86,8 +86,14 @@ def test_a_kv_path_that_fell_back_to_tcp_is_caught_by_the_canary(make_site, http
     ({"image": "vllm/vllm-openai:latest"}, "not pinned by digest"),
 ], ids=["extra-arg-overrides-a-rendered-flag", "image-not-pinned"])
 def test_a_stack_unsafe_to_apply_is_rejected_before_any_api_call(tmp_path, http, engine, why):
-    # (Engine/connector combinations the blueprint itself forbids never load: tests/unit.)
+    # (Engine/connector combinations the blueprint itself forbids never load: tests/unit. An
+    # unpinned image is one of them now, so it is put in after loading: the deploy stage refuses
+    # it again on its own.)
+    engine = dict(engine)
+    image = engine.pop("image", None)
     bp = load_blueprint(str(write_blueprint(tmp_path, "dp-invalid", engine)))
+    if image:
+        bp = bp.model_copy(update={"engine": bp.engine.model_copy(update={"image": image})})
     unreachable = client.ApiClient(client.Configuration(host="https://127.0.0.1:9"))
     with pytest.raises(ConfigError, match=why):  # not RemoteUnavailable: nothing was called
         stage.deploy(bp, KubeApply(unreachable), http, options=OPTIONS)
