@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import boto3
 from botocore.config import Config
+
+from sandbox.ports import NoFreePort, bindable, free_port
 
 # Dummy credentials: the sandbox S3 accepts these and nothing else. PDLIFT_SANDBOX_SECRET_KEY (read
 # once, here, by every sandbox process) replaces the secret: a test's recognisable canary that it then
@@ -59,30 +60,19 @@ class S3Ports:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether a server could listen on the port now. With SO_REUSEADDR, as SeaweedFS (Go's net
-    package) and Python's servers bind: connections of a stopped server left in TIME_WAIT (60 s
-    on Linux) do not keep a restarted one from its own port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """Whether a server could listen on the port now, binding as SeaweedFS (Go's net package) and
+    Python's servers do: a restarted server is not kept from its own port by TIME_WAIT."""
+    return bindable(port, host, reuse_address=True)
 
 
 def _free_pair(taken: set[int]) -> int:
     """A free port p with p + GRPC_OFFSET also free (bounded tries)."""
-    for _ in range(200):
-        port = free_port()
-        grpc = port + GRPC_OFFSET
-        if grpc < 65536 and not {port, grpc} & taken and port_is_free(grpc):
+    for _ in range(50):
+        try:
+            port = free_port(offsets=(GRPC_OFFSET,))
+        except NoFreePort as exc:
+            raise S3Error(f"no free loopback port pair (p, p+{GRPC_OFFSET}) for SeaweedFS: {exc}") from exc
+        if not {port, port + GRPC_OFFSET} & taken:
             return port
     raise S3Error("no free loopback port pair (p, p+10000) found for SeaweedFS")
 

@@ -12,12 +12,14 @@ Runs on the system's Python (3.11+): it installs .venv itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -113,21 +115,42 @@ def fail(why: str, log: Path = LOG) -> None:
     sys.exit(f"demo: {why}" + (f"\n  its log: {log}" if log != LOG else "") + f"\n  full log: {LOG}")
 
 
-def step(what: str, cmd: list[str], env: dict[str, str] | None = None, check: bool = True) -> float:
-    """Run a tool with its output in the log; one line saying what and how long."""
+STEP_TIMEOUT_S = 1200  # the setup installs packages on a fresh machine; nothing else comes near
+
+
+def step(what: str, cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
+         timeout_s: float = STEP_TIMEOUT_S) -> float:
+    """Run a tool with its output in the log; one line saying what and how long. A tool still
+    running after ``timeout_s`` is stopped (its process group) and the step fails, naming it."""
     t0 = time.monotonic()
     note(f"$ {' '.join(cmd)}")
     with open(LOG, "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for chunk in proc.stdout:  # into the log always; on the terminal too with --verbose
-            log.write(chunk)
-            if VERBOSE:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-        proc.wait()
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        watchdog = threading.Timer(timeout_s, _kill_group, (proc.pid,))
+        watchdog.start()
+        try:
+            for chunk in proc.stdout:  # into the log always; on the terminal too with --verbose
+                log.write(chunk)
+                if VERBOSE:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+            proc.wait()
+        except BaseException:  # Ctrl-C: its own session gets no SIGINT from the terminal, so stop it here
+            _kill_group(proc.pid)
+            raise
+        finally:
+            watchdog.cancel()
+    if time.monotonic() - t0 >= timeout_s:
+        fail(f"{what} did not finish within {timeout_s:.0f} s and was stopped: {' '.join(cmd)}")
     if check and proc.returncode != 0:
         fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
     return time.monotonic() - t0
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def start(name: str, argv: list[str], env: dict[str, str]) -> int:
@@ -246,11 +269,10 @@ def webhook_port() -> int:
         return int(os.environ["PDLIFT_DEMO_WEBHOOK_PORT"])
     kept = DEMO / "webhook.port"
     if not kept.exists():
-        import socket
+        sys.path.insert(0, str(REPO))
+        from sandbox.ports import free_port  # standard library only; not a port an outgoing connection takes
 
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            kept.write_text(str(sock.getsockname()[1]))
+        kept.write_text(str(free_port()))
     return int(kept.read_text())
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,32 +19,11 @@ import urllib.request
 from pathlib import Path
 
 from sandbox.engines.settings import REPO_ROOT
+from sandbox.ports import free_port
 
 
 # Loopback only: never through an HTTP proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()) -> int:
-    """A port free on ``host`` together with the ``span - 1`` ports after it (DP rank ports),
-    and free on every address in ``also`` too (pods of one group listen on one port number)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        wanted = [(h, port + i) for h in (host, *also) for i in range(span)]
-        if all(_bindable(h, p) for h, p in wanted[1:]):
-            return port
-    raise RuntimeError(f"no run of {span} free ports on {host} {' '.join(also)}")
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
 
 
 def engine_env(state_dir: Path, **extra: str) -> dict[str, str]:

@@ -39,7 +39,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -59,6 +58,7 @@ if __name__ == "__main__":
 
 import chaos_faults as faults  # noqa: E402
 from chaos_judge import Observed, judge, rolled_back  # noqa: E402
+from sandbox.ports import free_port  # noqa: E402
 
 STAGE_FLOWS = {"reserve": "reserve-capacity", "launch": "launch-nodes", "fabric": "validate-fabric",
                "weights": "stage-weights", "deploy": "deploy", "benchmark-gate": "benchmark-gate"}
@@ -70,12 +70,6 @@ RETRIGGERS = 2              # what an operator tries before giving up and tearin
 TRIAL_TIMEOUT_S = 1200      # a run still going after this long is stuck: a violation
 DEPLOYMENT = "chaos-1p1d"
 TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

@@ -42,14 +42,7 @@ from tasks.planning.records import Node  # noqa: E402
 from tasks.stages import fabric  # noqa: E402
 from tasks.stages.fabric_exec import Runner  # noqa: E402
 from tasks.stages.fabric_results import ResultsDir  # noqa: E402
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sandbox.ports import free_port  # noqa: E402
 
 
 def run_once(count: int, spec, fault: dict | None, report: Path | None) -> dict:

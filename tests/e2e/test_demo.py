@@ -66,8 +66,14 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
         assert "nothing running: no fleet billing, no live colour, no run in flight, nothing tagged" in empty.stdout
         assert json.loads(_status(bp, status_env, "--json").stdout)["empty"] is True
 
-        demo = subprocess.run([str(REPO / "scripts" / "demo"), "--blueprint", str(bp)], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=1500)
+        try:
+            # The demo's own limit on the run (about 3 min here) comes first: it then prints the run's errors.
+            demo = subprocess.run([str(REPO / "scripts" / "demo"), "--blueprint", str(bp), "--timeout", "600"],
+                                  env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
+        except subprocess.TimeoutExpired as exc:  # what it printed and its log's last lines, to see where it was
+            printed = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+            log_tail = "\n".join((state / "demo" / "demo.log").read_text(errors="replace").splitlines()[-80:])
+            pytest.fail(f"the demo ran past 1200 s\n--- printed ---\n{printed}\n--- demo.log ---\n{log_tail}")
         out = demo.stdout
         assert demo.returncode == 0, out[-3000:] + demo.stderr[-3000:]
         before = out.split("== migrate finished")[0].rstrip("\n").splitlines()

@@ -1,0 +1,65 @@
+"""Free loopback ports for the sandbox's servers, tests, benchmarks and the demo.
+
+Chosen at random *below* the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999
+by default), never by binding port 0: port 0 hands out an ephemeral port, and between closing the
+probe and the server's own bind any outgoing connection on this machine may be given the same port
+as its source. On a busy two-core machine that happened (werkzeug: "Port N is in use by another
+program"). Ports below the range are never given to outgoing connections, so only another server
+could take one, and every caller checks that the ports are bindable first.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+LOWEST = 10000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_DEFAULT_EPHEMERAL_LOW = 32768
+# Independent of the `random` module's global seed, which seeded tests and benchmarks set.
+_PICK = random.SystemRandom()
+
+
+class NoFreePort(RuntimeError):
+    """No free port (run) found in the tries allowed."""
+
+
+def ephemeral_low() -> int:
+    """The first port the kernel gives to outgoing connections."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _DEFAULT_EPHEMERAL_LOW
+
+
+def bindable(port: int, host: str = "127.0.0.1", reuse_address: bool = False) -> bool:
+    """Whether a server could listen on ``host:port`` now. ``reuse_address`` binds as Go's net
+    package and Python's servers do (SO_REUSEADDR): connections of a stopped server left in
+    TIME_WAIT then do not keep a restarted one from its own port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = (), offsets: tuple[int, ...] = (),
+              tries: int = 200) -> int:
+    """A port p free on ``host`` and every address in ``also`` (pods of one group listen on one
+    port number), together with p+1 .. p+span-1 (DP rank ports) and p+o for each o in ``offsets``
+    (SeaweedFS's gRPC ports), every one of them below the ephemeral range."""
+    reach = max((span - 1, *offsets))
+    high = ephemeral_low() - 1 - reach
+    if high <= LOWEST:
+        raise NoFreePort(f"the ephemeral range starts at {ephemeral_low()}: no room below it for a run of {reach + 1}")
+    for _ in range(tries):
+        port = _PICK.randint(LOWEST, high)
+        wanted = [port + i for i in range(span)] + [port + o for o in offsets]
+        if all(bindable(p, h) for h in (host, *also) for p in wanted):
+            return port
+    raise NoFreePort(f"no free port run (span {span}, offsets {offsets}) on {host} {' '.join(also)} "
+                     f"in {tries} tries below {ephemeral_low()}")

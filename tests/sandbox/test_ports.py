@@ -1,0 +1,68 @@
+"""The sandbox's free ports lie below the kernel's ephemeral range and skip ports a server holds."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from sandbox import ports
+
+
+class _Sequence:
+    """Stands in for the random pick: the given ports in order."""
+
+    def __init__(self, *picks: int):
+        self.picks = list(picks)
+
+    def randint(self, low: int, high: int) -> int:
+        port = self.picks.pop(0)
+        assert low <= port <= high, (low, port, high)
+        return port
+
+
+@pytest.fixture()
+def listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_every_port_chosen_is_below_the_ephemeral_range_with_its_run_and_offset_free():
+    low = ports.ephemeral_low()
+    for _ in range(30):
+        port = ports.free_port(span=3, offsets=(10000,))
+        assert ports.LOWEST <= port and port + 10000 < low
+        assert all(ports.bindable(p) for p in (port, port + 1, port + 2, port + 10000))
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel(monkeypatch, tmp_path):
+    fake = tmp_path / "ip_local_port_range"
+    fake.write_text("40000\t60999\n")
+    monkeypatch.setattr(ports, "_EPHEMERAL_RANGE", fake)
+    assert ports.ephemeral_low() == 40000
+    fake.write_text("garbage")
+    assert ports.ephemeral_low() == 32768
+
+
+def test_a_port_whose_run_or_offset_is_held_is_skipped(monkeypatch, listener):
+    free = ports.free_port(span=2, offsets=(9,))
+    monkeypatch.setattr(ports, "ephemeral_low", lambda: 65000)
+    # listener - 1: its run of 2 reaches the held port; listener - 9: its offset does.
+    monkeypatch.setattr(ports, "_PICK", _Sequence(listener - 1, listener - 9, free))
+    assert ports.free_port(span=2, offsets=(9,)) == free
+
+
+def test_a_held_port_itself_is_never_returned(monkeypatch, listener):
+    monkeypatch.setattr(ports, "ephemeral_low", lambda: 65000)
+    monkeypatch.setattr(ports, "_PICK", _Sequence(listener, listener))
+    with pytest.raises(ports.NoFreePort, match="in 2 tries"):
+        ports.free_port(tries=2)
+
+
+def test_no_room_below_the_range_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(ports, "ephemeral_low", lambda: ports.LOWEST + 5)
+    with pytest.raises(ports.NoFreePort, match="no room below it"):
+        ports.free_port(span=10)
