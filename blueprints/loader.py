@@ -24,8 +24,13 @@ Path_ = tuple[str | int, ...]
 Marks = dict[Path_, tuple[int, int]]
 
 
-def load_blueprint(path: str | Path) -> Blueprint:
-    """Read, parse and validate the blueprint at ``path``."""
+def load_blueprint(path: str | Path, *, to_release: bool = False) -> Blueprint:
+    """Read, parse and validate the blueprint at ``path``.
+
+    ``to_release``: for what only finds and releases what the deployment made (teardown, status,
+    the sweep). The cross-field rules (``blueprints.rules``) are about what a run would buy and
+    run; a blueprint a newer rule refuses (an engine image by tag, written before digests were
+    required) must still name its fleet, or that fleet bills until someone edits the file."""
     name = str(path)
     if "\0" in name:  # open() would raise a bare ValueError ("embedded null byte")
         raise BlueprintError([BlueprintProblem(name.replace("\0", "\\0"), None, None, "",
@@ -46,18 +51,19 @@ def load_blueprint(path: str | Path) -> Blueprint:
     except UnicodeDecodeError as e:
         raise BlueprintError([BlueprintProblem(name, None, None, "", "file is not UTF-8 text",
                                                "save the blueprint as UTF-8")]) from e
-    return parse_blueprint(text, name)
+    return parse_blueprint(text, name, check_rules=not to_release)
 
 
-def parse_blueprint(text: str, source: str = "<blueprint>") -> Blueprint:
-    """Parse blueprint YAML text; ``source`` names it in error messages."""
+def parse_blueprint(text: str, source: str = "<blueprint>", check_rules: bool = True) -> Blueprint:
+    """Parse blueprint YAML text; ``source`` names it in error messages; ``check_rules``: refuse
+    one that breaks a cross-field rule too (all but what only releases)."""
     try:
         data, marks = _parse_yaml(text, source)
         bp = _validate(data, marks, source)
     except RecursionError as e:
         raise BlueprintError([BlueprintProblem(source, None, None, "", "document is nested too deeply",
                                                "a blueprint is a few levels of mappings and lists")]) from e
-    violations = rules.check(bp)
+    violations = rules.check(bp) if check_rules else []
     if violations:
         raise BlueprintError([_locate(source, marks, v.path, v.message, v.hint) for v in violations])
     return bp

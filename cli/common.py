@@ -24,11 +24,12 @@ def resolve_run_id(blueprint_path: str, run_id: str | None) -> str:
     return run_id_of(load_blueprint(blueprint_path), run_id)
 
 
-def before_flow(blueprint_path: str | None = None) -> None:
-    """What every command that runs a flow does first: read the blueprint (bad input: exit 2), then
-    make sure a Prefect API answers (none: one line, exit 1), before any flow code runs."""
+def before_flow(blueprint_path: str | None = None, to_release: bool = False) -> None:
+    """What every command that runs a flow does first: read the blueprint (bad input: exit 2;
+    ``to_release``: as teardown reads it), then make sure a Prefect API answers (none: one line,
+    exit 1), before any flow code runs."""
     if blueprint_path is not None:
-        load_blueprint(blueprint_path)
+        load_blueprint(blueprint_path, to_release=to_release)
     ensure_api()
 
 

@@ -10,7 +10,7 @@ from cli.common import add_run_id, before_flow
 def _cmd_teardown(args: argparse.Namespace) -> int:
     from flows.teardown import teardown_flow
 
-    before_flow(args.blueprint)
+    before_flow(args.blueprint, to_release=True)
     for line in teardown_flow(args.blueprint, args.run_id):
         print(line)
     return 0

@@ -7,6 +7,7 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 
 from tasks import teardown
+from tasks.planning import sweep_report
 
 
 @flow(name="sweep")
@@ -22,13 +23,8 @@ def sweep_flow(region: str = "us-east-2", apply: bool = False, active_runs: list
             with apply; one that is kept says why (``tasks.planning.leftovers``).
     """
     result = teardown.sweep(region, apply, active_runs or [])
-    result["candidates"] = [row for path in blueprint_paths or []
-                            for row in teardown.sweep_candidates(path, apply, active_runs or [])]
-    result["stale"] = result["stale"] + [row for row in result["candidates"] if row["action"] != "kept"]
-    rows = [{"kind": f["kind"], "id": f["resource_id"], "deployment": f["deployment"], "run": f["run_id"],
-             "created": f["created_at"], "ttl_h": f["ttl_hours"],
-             "action": f["action"]} for f in result["stale"]]
-    rows += [{"kind": c["kind"], "id": c["resource_id"], "deployment": c["deployment"], "run": "", "created": "",
-              "ttl_h": "", "action": f"kept: {c['why']}"} for c in result["candidates"] if c["action"] == "kept"]
-    create_table_artifact(table=rows or [{"kind": "-", "id": "nothing stale"}], key="sweep-report")
+    candidates = [row for path in blueprint_paths or []
+                  for row in teardown.sweep_candidates(path, apply, active_runs or [])]
+    result = sweep_report.with_candidates(result, candidates)
+    create_table_artifact(table=sweep_report.table(result), key="sweep-report")
     return result

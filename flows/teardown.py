@@ -18,7 +18,7 @@ from tasks.planning.records import TornDown
 
 @flow(name="teardown")
 def teardown_flow(blueprint_path: str, run_id: str | None = None) -> list[str]:
-    bp = plan_tasks.load(blueprint_path)
+    bp = plan_tasks.load(blueprint_path, to_release=True)  # an older blueprint still names its fleet
     report = teardown.teardown(bp, run_id)
     lines = report.lines() or ["nothing to release"]
     for line in lines:

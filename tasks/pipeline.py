@@ -37,8 +37,8 @@ from tasks.wiring import Wiring
 def start_run(blueprint_path: str, run_id: str | None, hold: bool = True) -> Run:
     """Read and validate the blueprint (a ConfigError fails the run with the located problem),
     take the run's lease (``hold``; RunHeld when another flow run drives it: nothing touched), and
-    read the run's ledger."""
-    bp = load_blueprint(blueprint_path)
+    read the run's ledger. A run not held is a teardown's: the blueprint only names what to release."""
+    bp = load_blueprint(blueprint_path, to_release=not hold)
     wiring = Wiring(bp)
     rid = run_id_of(bp, run_id)
     if hold:  # a run that will work: its id labels the nodes it buys (a teardown may release any run)

@@ -13,9 +13,10 @@ from tasks.planning.plan_render import render
 
 
 @task(cache_policy=NO_CACHE)
-def load(path: str) -> Blueprint:
-    """Read and validate the blueprint (a ConfigError fails the run with the located problem)."""
-    return load_blueprint(path)
+def load(path: str, to_release: bool = False) -> Blueprint:
+    """Read and validate the blueprint (a ConfigError fails the run with the located problem);
+    ``to_release``: for a teardown, which only needs it to name what the deployment made."""
+    return load_blueprint(path, to_release=to_release)
 
 
 @task(cache_policy=NO_CACHE)

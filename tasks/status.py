@@ -19,7 +19,7 @@ from tasks.wiring import Wiring
 
 def current(blueprint_path: str, now: dt.datetime | None = None) -> view.Status:
     """Read it all now (plain function: the CLI calls it without a Prefect API)."""
-    bp = load_blueprint(blueprint_path)
+    bp = load_blueprint(blueprint_path, to_release=True)  # reads only: what is there, and how to release it
     with Wiring(bp) as wiring:
         return stage.gather(bp, blueprint_path, wiring.state, wiring.ledgers, wiring.leases(),
                             lambda: wiring.capacity, lambda: wiring.instances, lambda: wiring.kube,

@@ -169,7 +169,7 @@ def sweep_candidates(blueprint_path: str, apply: bool, active_runs: list[str]) -
     blueprint that cannot be checked is a row saying why; it stops no other check."""
     log = get_run_logger()
     try:
-        bp = load_blueprint(blueprint_path)
+        bp = load_blueprint(blueprint_path, to_release=True)
         with Wiring(bp) as wiring:
             def judged():
                 # Prefect as configured, never a temporary server: it would know no run and say nothing.

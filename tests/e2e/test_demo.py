@@ -61,7 +61,12 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
         subprocess.run([str(REPO / "scripts" / "sandbox"), "up", "--blueprint", str(bp)], env=env, cwd=REPO,
                        check=True, capture_output=True, timeout=300)
         status_env = {**env, **_sandbox_env(state)}
-        empty = _status(bp, status_env)
+        # Read from an older copy of the blueprint (its image by tag: a rule about what runs refuses
+        # it), as an operator with last year's file would: status only reads, so it answers.
+        older = tmp_path / "older.yaml"
+        older.write_text(re.sub(r"/vllm@sha256:[0-9a-f]{64}", "/vllm:v0.22.0", bp.read_text()))
+        assert "/vllm:v0.22.0\n" in older.read_text()
+        empty = _status(older, status_env)
         assert empty.returncode == 0, empty.stderr
         assert "nothing running: no fleet billing, no live colour, no run in flight, nothing tagged" in empty.stdout
         assert json.loads(_status(bp, status_env, "--json").stdout)["empty"] is True

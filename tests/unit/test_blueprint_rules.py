@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from blueprints.loader import parse_blueprint
+from blueprints.loader import load_blueprint, parse_blueprint
 from tasks.errors import BlueprintError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,3 +121,19 @@ def test_the_engine_image_must_be_pinned_by_digest(image):
     pinned = "public.ecr.aws/deep-learning-containers/vllm@sha256:3f1e9c0d5b7a2e4c6d8f0a1b3c5e7d9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d"
     found = _problems(_edit((pinned, image)))
     assert "is not pinned by digest" in found["engine.image"] and "@sha256:<64 hex>" in found["engine.image"]
+
+
+def test_a_blueprint_a_rule_refuses_still_names_its_deployment_for_what_only_releases(tmp_path):
+    """An older blueprint (its image by tag, from before digests were required) must not keep its
+    fleet billing: teardown, status and the sweep load it to release; every run still refuses it."""
+    pinned = "public.ecr.aws/deep-learning-containers/vllm@sha256:3f1e9c0d5b7a2e4c6d8f0a1b3c5e7d9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d"
+    path = tmp_path / "older.yaml"
+    path.write_text(_edit((pinned, "vllm/vllm-openai:v0.22.0")))
+    with pytest.raises(BlueprintError, match="not pinned by digest"):
+        load_blueprint(path)
+    bp = load_blueprint(path, to_release=True)
+    assert bp.name == "glm51-fp8-2p2d" and bp.engine.image == "vllm/vllm-openai:v0.22.0"
+    # What is not a blueprint at all stays refused, with its location.
+    path.write_text(_edit(("instance_type: p5en.48xlarge", "instance_type: [p5en]")))
+    with pytest.raises(BlueprintError, match="instance_type"):
+        load_blueprint(path, to_release=True)

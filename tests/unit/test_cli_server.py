@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -148,6 +149,20 @@ def test_an_answering_api_is_used_as_is(monkeypatch, capsys):
         assert server.ensure_api() == url
         assert main(["plan-flow", BP]) == 0
     assert ran == ["plan_flow"]
+
+
+def test_teardown_takes_a_blueprint_a_newer_rule_refuses_and_a_run_does_not(monkeypatch, capsys, tmp_path):
+    """An older blueprint (its image by tag) still tears its fleet down; reserving with it is refused."""
+    older = tmp_path / "older.yaml"
+    older.write_text(re.sub(r"/vllm@sha256:[0-9a-f]{64}", "/vllm:v0.22.0", Path(BP).read_text()))
+    assert "/vllm:v0.22.0\n" in older.read_text()
+    ran = _forbid_flows(monkeypatch)
+    monkeypatch.setattr("flows.teardown.teardown_flow", lambda *a: ran.append("teardown_flow") or ["released"])
+    with stub_api() as url, api_url(url):
+        assert main(["teardown", str(older)]) == 0
+        assert main(["reserve", str(older)]) == 2
+    assert ran == ["teardown_flow"]
+    assert "engine.image" in capsys.readouterr().err
 
 
 def test_the_api_going_away_during_a_flow_is_the_same_one_line(monkeypatch, capsys):

@@ -142,31 +142,18 @@ def test_every_tool_has_samples_to_corrupt():
             parse(read(name))  # unmodified, each parses: the error below is the inserted line's
 
 
+@pytest.mark.parametrize("parse, samples, is_row, most_cells", [
+    pytest.param(nccl_tests.parse_nccl_tests, NCCL, _nccl_row, 4, id="nccl-tests"),
+    pytest.param(pingpong.parse_pingpong, PINGPONG, _pingpong_row, 3, id="fi_pingpong"),
+])
 @PROPERTY
-@given(st.data(), st.sampled_from(NCCL), st.integers(1, 4), st.sampled_from(BAD_TOKENS))
-def test_nccl_tests_names_the_corrupted_row(data, name, k, bad):
-    lines, rows = _rows(name, _nccl_row)
+@given(data=st.data(), bad=st.sampled_from(BAD_TOKENS))
+def test_the_corrupted_row_is_named(parse, samples, is_row, most_cells, data, bad):
+    name, k = data.draw(st.sampled_from(samples)), data.draw(st.integers(1, most_cells))
+    lines, rows = _rows(name, is_row)
     at = data.draw(st.sampled_from(rows))
     text, number = data.draw(noisy(lines, _corrupt_last(lines[at], k, bad), at))
-    _check(nccl_tests.parse_nccl_tests, text, number)
-
-
-@PROPERTY
-@given(st.data(), st.sampled_from(PINGPONG), st.integers(1, 3), st.sampled_from(BAD_TOKENS))
-def test_fi_pingpong_names_the_corrupted_row(data, name, k, bad):
-    lines, rows = _rows(name, _pingpong_row)
-    at = data.draw(st.sampled_from(rows))
-    text, number = data.draw(noisy(lines, _corrupt_last(lines[at], k, bad), at))
-    _check(pingpong.parse_pingpong, text, number)
-
-
-@PROPERTY
-@given(st.data(), st.sampled_from(FI_INFO), st.sampled_from(["garbage here", "fabric: efa", "provider:", "x: y"]))
-def test_fi_info_names_the_line_that_is_not_part_of_a_listing(data, name, bad):
-    lines = read(name).split("\n")
-    at = data.draw(st.integers(0, len(lines) - 1))
-    text, number = data.draw(noisy(lines, bad, at))
-    _check(fi_info.parse_fi_info, text, number)
+    _check(parse, text, number)
 
 
 @PROPERTY
@@ -185,10 +172,24 @@ def test_nvidia_smi_query_names_the_corrupted_row(data, name, how):
     _check(nvidia_smi.parse_nvidia_smi, text, number)
 
 
+def _any_line(lines: list[str]) -> int:
+    return len(lines) - 1
+
+
+def _any_listed_line(lines: list[str]) -> int:
+    return len([line for line in lines if line.strip()]) - 1
+
+
+@pytest.mark.parametrize("parse, samples, foreign, last_at", [
+    pytest.param(fi_info.parse_fi_info, FI_INFO, ["garbage here", "fabric: efa", "provider:", "x: y"], _any_line,
+                 id="fi_info"),
+    pytest.param(nvidia_smi.parse_nvidia_smi, SMI_L, ["GPU one: broken", "GPU 0 H200", "garbage"], _any_listed_line,
+                 id="nvidia-smi-L"),
+])
 @PROPERTY
-@given(st.data(), st.sampled_from(SMI_L), st.sampled_from(["GPU one: broken", "GPU 0 H200", "garbage"]))
-def test_nvidia_smi_list_names_the_line_that_is_not_a_gpu(data, name, bad):
-    lines = read(name).split("\n")
-    at = data.draw(st.integers(0, len([line for line in lines if line.strip()]) - 1))
-    text, number = data.draw(noisy(lines, bad, at))
-    _check(nvidia_smi.parse_nvidia_smi, text, number)
+@given(data=st.data())
+def test_the_line_that_is_not_part_of_the_listing_is_named(parse, samples, foreign, last_at, data):
+    lines = read(data.draw(st.sampled_from(samples))).split("\n")
+    at = data.draw(st.integers(0, last_at(lines)))
+    text, number = data.draw(noisy(lines, data.draw(st.sampled_from(foreign)), at))
+    _check(parse, text, number)
