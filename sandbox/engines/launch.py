@@ -45,6 +45,11 @@ def _refused(message: str) -> int:
 def _engine(kind: str, args: list[str], prog: str) -> int:
     from sandbox.engines import cli_sglang, cli_vllm, server
     from sandbox.engines.config import ConfigError
+    from sandbox.engines.real import flags as real_flags, launch as real_launch
+
+    if kind == "vllm" and real_launch.wanted():  # the real CPU build, when the sandbox runs real engines
+        return real_launch.run(["vllm", "serve", *args] if prog == "vllm serve"
+                               else ["python", *real_flags.API_SERVER, *args])
 
     parser = cli_vllm.parse if kind == "vllm" else cli_sglang.parse
     try:

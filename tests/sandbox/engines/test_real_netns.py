@@ -1,0 +1,83 @@
+"""The real engines' network namespace: what listens inside is reached only through a forwarder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sandbox.engines.real import netns
+from sandbox.ports import free_port
+
+ADDRESS = "127.0.9.21"
+# A server inside that binds every interface, as UCX and Mooncake do, and answers each connection.
+SERVER = ("import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+          "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
+          "while True:\n    c, _ = s.accept(); c.sendall(b'inside:' + c.recv(100)); c.close()")
+
+
+@pytest.fixture()
+def namespace(tmp_path):
+    pid = netns.start_holder(tmp_path / "netns.pid")
+    yield netns.path_of(pid)
+    os.kill(pid, signal.SIGKILL)
+
+
+def _serve_inside(path: str, port: int) -> subprocess.Popen:
+    server = subprocess.Popen(netns.command_inside(path, [sys.executable, "-c", SERVER, str(port)]))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            netns.connect_inside(path, (ADDRESS, port)).close()
+            return server
+        except OSError:
+            time.sleep(0.05)
+    server.kill()
+    raise AssertionError("the server inside did not come up")
+
+
+def _ask(port: int, text: bytes) -> bytes:
+    with socket.create_connection((ADDRESS, port), timeout=5) as sock:
+        sock.sendall(text)
+        sock.shutdown(socket.SHUT_WR)
+        return sock.recv(100)
+
+
+def test_a_server_binding_every_interface_inside_is_reached_only_through_its_forwarder(namespace):
+    port = free_port(ADDRESS)
+    server = _serve_inside(namespace, port)
+    try:
+        with pytest.raises(ConnectionRefusedError):  # bound to 0.0.0.0, but in the other namespace
+            socket.create_connection((ADDRESS, port), timeout=5)
+        forwarder = netns.Forwarder(namespace, (ADDRESS, port)).start()
+        try:
+            assert _ask(port, b"one") == b"inside:one"
+            assert _ask(port, b"two") == b"inside:two"  # each connection joined anew
+        finally:
+            forwarder.stop()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((ADDRESS, port), timeout=5)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_forwarder_to_nothing_listening_inside_closes_the_connection(namespace):
+    port = free_port(ADDRESS)
+    forwarder = netns.Forwarder(namespace, (ADDRESS, port)).start()
+    try:
+        with pytest.raises(ConnectionResetError):
+            _ask(port, b"anyone?")
+    finally:
+        forwarder.stop()
+
+
+def test_the_namespace_has_only_its_loopback(namespace):
+    links = subprocess.run(netns.command_inside(namespace, ["ip", "-o", "link"]), capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert len(links) == 1 and ": lo:" in links[0] and ",UP" in links[0]
