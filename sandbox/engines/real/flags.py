@@ -17,6 +17,7 @@ member) is refused with the reason: one CPU process stands for one role's engine
 | ``--host H``                                          | the pod's own address                        |
 | ``--kv-transfer-config`` NixlConnector                | ``kv_buffer_device: cpu`` added; backend UCX over tcp (no EFA here) |
 | ``--nnodes N>1``, ``--node-rank R>0``, ``--headless``, ``--data-parallel-start-rank R>0`` | refused |
+| env ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` (``eth0`` on the fleet) | ``lo``: the only interface in the engines' namespace (torch's gloo otherwise fails "Unable to find address for: eth0") |
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ DROPPED_WITH_VALUE = {"--tensor-parallel-size", "--pipeline-parallel-size", "--d
                       "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port",
                       "--all2all-backend", "--gpu-memory-utilization", "--master-addr", "--master-port"}
 DROPPED_ALONE = {"--enable-expert-parallel"}
+INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 FP8_KV_CACHE_DTYPES = {"fp8", "fp8_e4m3", "fp8_e5m2"}
 FP8_KV_CPU_FEATURES = {"avx512f", "amx_tile"}  # what cpu_attn.py asks torch for before it allows an fp8 KV cache
 
@@ -64,12 +66,18 @@ def split_flags(args: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def to_cpu(argv: list[str], bind: str, cpu_features: frozenset[str] = frozenset()) -> CpuCommand:
+def to_cpu(argv: list[str], bind: str, cpu_features: frozenset[str] = frozenset(),
+           env: dict[str, str] | None = None) -> CpuCommand:
     """``argv`` as the container runs it (``vllm serve MODEL ...`` or ``python -m
     vllm.entrypoints.openai.api_server ...``), for the CPU build on ``bind``; ``cpu_features``:
-    the flags /proc/cpuinfo lists (an fp8 KV cache needs AVX-512 or AMX)."""
+    the flags /proc/cpuinfo lists (an fp8 KV cache needs AVX-512 or AMX); ``env``: the
+    container's, whose interface names are mapped (``cmd.env`` holds what replaces them)."""
     rest = _server_args(argv)
     cmd = CpuCommand(list(API_SERVER), env=_env(bind))
+    for name in INTERFACE_VARIABLES:
+        if (env or {}).get(name, "lo") != "lo":
+            cmd.notes.append(f"{name}={env[name]}: lo (the engines' namespace has no other interface)")
+            cmd.env[name] = "lo"
     fp8_kv = bool(FP8_KV_CPU_FEATURES & cpu_features)
     for name, value in split_flags(rest):
         _map(name, value, bind, cmd, fp8_kv)

@@ -43,7 +43,8 @@ def run(argv: list[str]) -> int:
               f"{python} is missing) and {NETNS}", file=sys.stderr, flush=True)
         return 1
     try:
-        cmd = flags.to_cpu(_mounted(argv, json.loads(os.environ.get(MOUNTS) or "{}")), bind, cpu_features())
+        cmd = flags.to_cpu(_mounted(argv, json.loads(os.environ.get(MOUNTS) or "{}")), bind, cpu_features(),
+                           dict(os.environ))
     except flags.Unmappable as e:
         print(f"pdlift sandbox: this vLLM command has no CPU equivalent: {e}", file=sys.stderr, flush=True)
         return 1

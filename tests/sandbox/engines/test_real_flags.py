@@ -87,3 +87,11 @@ def test_a_one_node_group_and_rank_0_are_accepted():
 def test_an_fp8_kv_cache_stays_where_the_cpu_attention_can_hold_it(features, expected):
     cmd = flags.to_cpu(["vllm", "serve", "/m", "--kv-cache-dtype", "fp8"], bind="127.0.0.1", cpu_features=features)
     assert _pairs(cmd.args[2:])["--kv-cache-dtype"] == expected
+
+
+def test_the_fleets_interface_names_become_the_namespaces_loopback():
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "lo", "FI_PROVIDER": "efa"}
+    cmd = flags.to_cpu(["vllm", "serve", "/m"], bind="127.0.0.1", env=env)
+    assert cmd.env["GLOO_SOCKET_IFNAME"] == cmd.env["NCCL_SOCKET_IFNAME"] == "lo"
+    assert "TP_SOCKET_IFNAME" not in cmd.env and "FI_PROVIDER" not in cmd.env
+    assert sum("eth0: lo" in note for note in cmd.notes) == 2

@@ -166,7 +166,8 @@ def test_a_rendered_flag_vllm_does_not_know_fails_the_pod_with_vllms_own_error(n
 
 def test_a_rendered_multi_node_group_is_refused_naming_the_flag(namespace, tmp_path):
     doc = yaml.safe_load(BLUEPRINT.read_text())
-    doc["topology"]["prefill"] = {"nodes": 2, "tp": 1, "pp": 2}
+    doc["topology"]["prefill"] = {"nodes": 2, "tp": 1, "pp": 2}  # PP across two nodes (push: pull refuses pp > 1)
+    doc["kv_transfer"]["nixl_mode"] = "push"
     bp = parse_blueprint(yaml.safe_dump(doc), "sandbox-real-vllm.yaml")
     engine = Engine(bp, "prefill", "127.0.9.44", namespace, tmp_path)
     assert engine.proc.wait(timeout=60) == 1
