@@ -441,9 +441,29 @@ def _verdict(stack: Stack, run_id: str) -> tuple[str, float | None]:
         return "", None
 
 
+NAMESPACES_GONE_TIMEOUT_S = 180
+
+
+def _wait_namespaces_gone(stack: Stack) -> None:
+    """The deployment's namespaces, deleted by the previous trial's teardown, fully gone.
+    Kubernetes deletes a terminating namespace's objects (production's Service among them) only
+    as the namespace finishes: a trial started before that would see the previous trial's Service
+    still selecting its colour, and count it against its own gate."""
+    deadline = time.monotonic() + NAMESPACES_GONE_TIMEOUT_S
+    while True:
+        left = [n.metadata.name for n in stack.kube().list_namespace(
+            label_selector=f"pdlift.io/deployment={DEPLOYMENT}").items]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"namespaces {left} still there {NAMESPACES_GONE_TIMEOUT_S} s after the teardown")
+        time.sleep(1)
+
+
 def run_trial(stack: Stack, trial: Trial) -> Row:
     from tasks.adapters.ledger_store import LedgerStore
 
+    _wait_namespaces_gone(stack)
     row, t0 = Row(trial), time.monotonic()
     deadline = t0 + TRIAL_TIMEOUT_S
     heals: list[threading.Thread] = []
