@@ -45,9 +45,10 @@ def _refused(message: str) -> int:
 def _engine(kind: str, args: list[str], prog: str) -> int:
     from sandbox.engines import cli_sglang, cli_vllm, server
     from sandbox.engines.config import ConfigError
-    from sandbox.engines.real import flags as real_flags, launch as real_launch
 
-    if kind == "vllm" and real_launch.wanted():  # the real CPU build, when the sandbox runs real engines
+    if kind == "vllm" and os.environ.get("PDLIFT_SANDBOX_REAL_ENGINES"):  # the real CPU build (sandbox/engines/real)
+        from sandbox.engines.real import flags as real_flags, launch as real_launch
+
         return real_launch.run(["vllm", "serve", *args] if prog == "vllm serve"
                                else ["python", *real_flags.API_SERVER, *args])
 

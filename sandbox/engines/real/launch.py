@@ -30,10 +30,6 @@ NETNS = "PDLIFT_SANDBOX_REAL_NETNS"
 MOUNTS = "PDLIFT_SANDBOX_MOUNTS"
 
 
-def wanted() -> bool:
-    return bool(os.environ.get(VENV))
-
-
 def run(argv: list[str]) -> int:
     venv, namespace = os.environ.get(VENV, ""), os.environ.get(NETNS, "")
     bind = os.environ.get("PDLIFT_SANDBOX_BIND", "127.0.0.1")
