@@ -80,9 +80,14 @@ class Api:
         if namespace is None:
             raise errors.namespace_not_found(ns)
         if namespace["metadata"].get("deletionTimestamp"):
+            # NamespaceLifecycle admission (apiserver pkg/admission/plugin/namespace/lifecycle/
+            # admission.go) adds a NamespaceTerminating cause on metadata.namespace.
             raise errors.ApiError(403, "Forbidden", f"{rt.qualified} is forbidden: unable to "
                                   f"create new content in namespace {ns} because it is being "
-                                  "terminated", {"kind": rt.plural})
+                                  "terminated", {"kind": rt.plural, "causes": [
+                                      {"reason": "NamespaceTerminating",
+                                       "message": f"namespace {ns} is being terminated",
+                                       "field": "metadata.namespace"}]})
 
     def _parse_body(self, rt, ns, body) -> dict:
         if not isinstance(body, dict):

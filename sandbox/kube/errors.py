@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None,
+                 plain: str | None = None):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+        self.plain = plain  # sent as text/plain instead of a Status (Go's http.NotFound)
 
     def status(self) -> dict:
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -77,3 +79,15 @@ def expired(message: str) -> ApiError:
 
 def path_not_found() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def group_not_served() -> ApiError:
+    """A path under ``/apis/<group>`` that no built-in group serves (a CRD's group that is not
+    installed, or a version of it that is not served): the request falls through the
+    apiextensions-apiserver's CRD handler to Go's ``http.NotFound``, a plain-text
+    ``404 page not found`` with no Status (apiextensions-apiserver pkg/apiserver/apiserver.go,
+    ``delegateHandler = http.NotFoundHandler()``; newer servers end in
+    apiserver/pkg/util/notfoundhandler, also ``http.NotFound``). Checked against a real v1.20.2
+    server by scripts/bench/kube_contract.py. An unknown resource of a served group/version is a
+    NotFound Status instead (``path_not_found``)."""
+    return ApiError(404, "NotFound", "404 page not found", plain="404 page not found\n")

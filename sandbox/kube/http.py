@@ -80,6 +80,7 @@ class Handler(BaseHTTPRequestHandler):
     # --- plumbing ------------------------------------------------------------------------
 
     def _body(self) -> bytes:
+        self._body_read = True
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             out = b""
             while True:
@@ -120,6 +121,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
         query = parse_qs(url.query, keep_blank_values=True)
+        self._body_read = False
         try:
             if path.startswith("/__sandbox/"):
                 raw = self._body() if method in ("POST", "PUT", "DELETE") else b""
@@ -133,7 +135,14 @@ class Handler(BaseHTTPRequestHandler):
                     raise errors.unauthorized() from e
             self._route(method, path, query)
         except errors.ApiError as e:
-            self._send(e.code, e.status())
+            if not self._body_read:
+                # Refused before the body was read (an unknown path, a bad token): read it now, or
+                # it would be parsed as the next request on this keep-alive connection.
+                self._body()
+            if e.plain is not None:
+                self._send(e.code, e.plain.encode(), "text/plain; charset=utf-8")
+            else:
+                self._send(e.code, e.status())
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             pass
         except Exception as e:  # a bug here must not kill the connection thread silently
@@ -165,9 +174,12 @@ class Handler(BaseHTTPRequestHandler):
             if len(segs) == 2:
                 doc = resources.api_group(segs[1])
                 if doc is None:
-                    raise errors.path_not_found()
+                    raise errors.group_not_served()
                 return self._send(200, doc)
             group, version, rest = segs[1], segs[2], segs[3:]
+            if resources.api_resource_list(group, version) is None and (
+                    group == resources.LWS_GROUP or resources.api_group(group) is None):
+                raise errors.group_not_served()  # the CRD handler's fall-through, not a Status
         else:
             raise errors.path_not_found()
         if not rest:

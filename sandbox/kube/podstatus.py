@@ -114,7 +114,8 @@ def read_tail(path: Path, lines: int | None = None, limit: int | None = None) ->
     return data
 
 
-def log_file(kubelet, pod: dict, container: str | None, previous: bool) -> Path:
+def log_container(pod: dict, container: str | None) -> str:
+    """The container a log request names (or the pod's only one); 400 when there is none such."""
     meta = pod["metadata"]
     names = [c["name"] for c in pod["spec"].get("containers") or []]
     all_names = names + [c["name"] for c in pod["spec"].get("initContainers") or []]
@@ -125,6 +126,12 @@ def log_file(kubelet, pod: dict, container: str | None, previous: bool) -> Path:
         container = names[0]
     if container not in all_names:
         raise errors.bad_request(f"container {container} is not valid for pod {meta['name']}")
+    return container
+
+
+def log_file(kubelet, pod: dict, container: str | None, previous: bool) -> Path:
+    meta = pod["metadata"]
+    container = log_container(pod, container)
     prt = kubelet.pods.get(meta["uid"])
     c = next((c for c in prt.ctrs if c.name == container), None) if prt else None
     if c is None or c.attempts == 0:

@@ -15,7 +15,7 @@ from sandbox.kube.config import Settings, write_client_files
 from sandbox.kube.events import EventRecorder
 from sandbox.kube.faults import Faults
 from sandbox.kube.http import KubeHTTPServer
-from sandbox.kube.podstatus import read_tail
+from sandbox.kube.podstatus import log_container, read_tail
 from sandbox.kube.runtime import Runtime
 from sandbox.kube.store import Store
 from sandbox.kube.tls import ensure_certs
@@ -101,6 +101,17 @@ class KubeApp:
             return (query.get(k) or [default])[0]
 
         pod = self.api.get(PODS, ns, name)
+        if not (pod.get("spec") or {}).get("nodeName"):
+            # Not bound to a node: no kubelet to ask. The API server checks the container name,
+            # then answers 204 No Content with no body (pkg/registry/core/pod/strategy.go
+            # LogLocation: "If pod has not been assigned a host, return an empty location";
+            # apiserver responsewriters.StreamObject: no stream -> http.StatusNoContent).
+            # Checked against a real v1.20.2 server by scripts/bench/kube_contract.py.
+            log_container(pod, q("container"))
+            handler.send_response(204)
+            handler.send_header("Cache-Control", "no-cache, private")
+            handler.end_headers()
+            return
         path: Path = self.runtime.kubelet.log_file(pod, q("container"), q("previous") == "true")
         tail = int(q("tailLines")) if q("tailLines") else None
         limit = int(q("limitBytes")) if q("limitBytes") else None

@@ -105,6 +105,13 @@ COLUMNS = {
             for s in o.get("subsets") or [] for a in s.get("addresses") or []
             for p in (s.get("ports") or [None])) or "<none>",
         human_age(o["metadata"].get("creationTimestamp"))]),
+    # The LWS CRD's additionalPrinterColumns (Ready, Desired, Up-to-date, Age; blueprints/crds);
+    # the CRD table convertor leaves a cell null when its JSONPath finds nothing (kubectl: blank).
+    "LeaderWorkerSet": ([_col("Name", fmt="name"), _col("Ready", "integer"), _col("Desired", "integer"),
+                         _col("Up-to-date", "integer"), _col("Age", "date")], lambda o: [
+        o["metadata"]["name"], (o.get("status") or {}).get("readyReplicas"),
+        (o.get("spec") or {}).get("replicas"), (o.get("status") or {}).get("updatedReplicas"),
+        human_age(o["metadata"].get("creationTimestamp"))]),
     "Namespace": ([_col("Name", fmt="name"), _col("Status"), _col("Age")], lambda o: [
         o["metadata"]["name"], (o.get("status") or {}).get("phase", "Active"),
         human_age(o["metadata"].get("creationTimestamp"))]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -33,7 +34,15 @@ def _forbidden(field: str, why: str) -> dict:
 def _check_name(kind: str, name) -> list[dict]:
     if not name:
         return [_required("metadata.name")]
-    if kind in _LABEL_NAMED:
+    if kind == "Service":
+        # Service names are DNS-1035 labels: they start with a letter (pkg/apis/core/validation
+        # ValidateServiceName = NameIsDNS1035Label). Checked against a real v1.20.2 server by
+        # scripts/bench/kube_contract.py.
+        if len(name) > 63 or not _DNS_1035_LABEL.match(name):
+            return [_bad("metadata.name", name, "a DNS-1035 label must consist of lower case alphanumeric "
+                         "characters or '-', start with an alphabetic character, and end with an "
+                         "alphanumeric character")]
+    elif kind in _LABEL_NAMED:
         if len(name) > 63 or not _DNS_LABEL.match(name):
             return [_bad("metadata.name", name, "a lowercase RFC 1123 label must consist of "
                          "lower case alphanumeric characters or '-', and must start and end "

@@ -23,6 +23,10 @@ from kubernetes.client.exceptions import ApiException
 from tasks.errors import ApiThrottled, PdliftError, RemoteUnavailable, RequestRejected, ResourceGone, StageFailed
 
 NOT_SERVED = "the server could not find the requested resource"  # a 404 for the kind, not the object
+# An API group nobody serves (no CRD installed) never reaches a REST handler: the apiserver's
+# non-go-restful mux answers with Go's http.NotFound, plain text, not a Status (seen from a real
+# kube-apiserver v1.20.2 by scripts/bench/kube_contract.py).
+PAGE_NOT_FOUND = "404 page not found"
 
 
 class HttpStatus(Exception):
@@ -52,7 +56,7 @@ def translate(e: BaseException, what: str) -> PdliftError:
         return RequestRejected(f"{what}: Kubernetes refused our credentials ({status} {message}); give the "
                                "pdlift role an EKS access entry with rights on the cluster's nodes and the "
                                "deployment's namespaces (docs/aws.md)", code=reason or str(status))
-    if status == 404 and NOT_SERVED in message:
+    if status == 404 and (NOT_SERVED in message or message.strip() == PAGE_NOT_FOUND):
         return StageFailed(f"{what}: the cluster does not serve this kind; is its CRD (e.g. the "
                            "LeaderWorkerSet controller) installed?")
     if status == 404:

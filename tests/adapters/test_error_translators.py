@@ -115,6 +115,9 @@ def test_a_missing_object_is_gone_for_reads_and_deletes_but_a_missing_kind_is_a_
     assert type(kube_errors.translate(kube_errors.HttpStatus(404, b'{"reason": "NotFound"}'), "read")) is ResourceGone
     not_served = kube_errors.HttpStatus(404, json.dumps({"message": kube_errors.NOT_SERVED}).encode())
     assert type(kube_errors.translate(not_served, "apply LeaderWorkerSet")) is StageFailed
+    no_group = kube_errors.translate(kube_errors.HttpStatus(404, b"404 page not found\n"), "apply LeaderWorkerSet")
+    assert type(no_group) is StageFailed and "CRD" in str(no_group)  # a group no CRD provides: plain text
+    assert type(kube_errors.translate(kube_errors.HttpStatus(404, b"404 page not found, really"), "read")) is ResourceGone
 
 
 # --- botocore: EC2, EKS and S3 share one table ------------------------------------------------
