@@ -13,7 +13,12 @@ Environment: the container's ``env``/``envFrom`` (values, ``$(VAR)`` references,
 resourceFieldRef, configMap and secret keys) plus ``PDLIFT_SANDBOX_BIND`` (the node address the
 process must listen on), ``POD_IP``, ``HOSTNAME``, ``PDLIFT_SANDBOX_POD`` (ns/name) and
 ``PDLIFT_SANDBOX_NAMESPACE``, ``PDLIFT_SANDBOX_NODE``, ``PDLIFT_SANDBOX_CONTAINER`` and
-``PDLIFT_SANDBOX_GPUS`` (its nvidia.com/gpu limit). The sandbox has no cluster DNS:
+``PDLIFT_SANDBOX_GPUS`` (its nvidia.com/gpu limit), and ``PDLIFT_SANDBOX_MOUNTS`` (JSON: each
+volumeMount whose hostPath lies on the node's NVMe, as the directory of this machine that holds
+that node's NVMe: ``<state>/sandbox/nodes/<instance>/nvme``, where the stager put the weights).
+When the stand-in itself runs with ``PDLIFT_SANDBOX_REAL_ENGINES`` and
+``PDLIFT_SANDBOX_REAL_NETNS`` (``scripts/sandbox up --real-engines``), its containers get them
+too, and vLLM commands run the real CPU build (sandbox/engines/real). The sandbox has no cluster DNS:
 ``LWS_LEADER_ADDRESS`` is resolved to the leader's node address before the worker starts, and
 other pod/Service names are in ``<state>/sandbox/hosts.json`` (see ``dns``), which the
 engines read.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import json
 import os
 import re
 import shlex
@@ -37,6 +43,11 @@ ENGINE_PREFIXES = [("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.
                    ("python", "-m", "sglang.launch_server"), ("vllm-router",),
                    ("python", "-m", "vllm_router.app"), ("python", "-m", "sglang_router.launch_router"),
                    ("mooncake_master",), ("dcgm-exporter",)]
+# Where the EKS AMI mounts a node's instance-store NVMe (setup-local-disks raid0, the blueprint's
+# staging.local_path lies under it); sandbox nodes keep it as <node dir>/nvme.
+NVME_MOUNT = "/mnt/k8s-disks/0"
+# Set on the stand-in by `scripts/sandbox up --real-engines`; passed on to every container.
+REAL_ENGINE_VARIABLES = ("PDLIFT_SANDBOX_REAL_ENGINES", "PDLIFT_SANDBOX_REAL_NETNS")
 TEST_COMMANDS = {"python", "sh", "bash", "sleep", "echo", "true", "false"}
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -184,8 +195,27 @@ def _gpus(container: dict) -> int:
         return 0
 
 
-def process_env(pod: dict, env: dict, node_address: str, state_dir: Path, container: dict | None = None) -> dict:
-    base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
+def host_mounts(pod: dict, container: dict, node_dir: Path | None) -> dict[str, str]:
+    """Container path -> directory here, for each of ``container``'s volumeMounts whose volume is a
+    hostPath on the node's NVMe (``NVME_MOUNT``, where the EKS AMI mounts the instance store and the
+    stager writes); ``node_dir``: the node's sandbox directory (None: not a sandbox node)."""
+    if node_dir is None:
+        return {}
+    volumes = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in pod["spec"].get("volumes") or []}
+    out = {}
+    for mount in container.get("volumeMounts") or []:
+        path = volumes.get(mount.get("name"))
+        if not path or not (path == NVME_MOUNT or path.startswith(NVME_MOUNT + "/")):
+            continue
+        here = Path(node_dir) / "nvme" / path[len(NVME_MOUNT):].strip("/")
+        sub = (mount.get("subPath") or "").strip("/")
+        out[mount["mountPath"]] = str(here / sub if sub else here).rstrip("/")
+    return out
+
+
+def process_env(pod: dict, env: dict, node_address: str, state_dir: Path, container: dict | None = None,
+                mounts: dict[str, str] | None = None) -> dict:
+    base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", *REAL_ENGINE_VARIABLES)
             if k in os.environ}
     base.update({"PYTHONPATH": str(REPO_ROOT), "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1",
                  "PDLIFT_STATE_DIR": str(state_dir), "HOSTNAME": pod["metadata"]["name"],
@@ -197,7 +227,8 @@ def process_env(pod: dict, env: dict, node_address: str, state_dir: Path, contai
                  "PDLIFT_SANDBOX_NODE": pod["spec"].get("nodeName", ""),
                  # What the GPU device plugin and the DCGM exporter's pod mapping know of it.
                  "PDLIFT_SANDBOX_CONTAINER": (container or {}).get("name", ""),
-                 "PDLIFT_SANDBOX_GPUS": str(_gpus(container or {}))})
+                 "PDLIFT_SANDBOX_GPUS": str(_gpus(container or {})),
+                 "PDLIFT_SANDBOX_MOUNTS": json.dumps(mounts or {}, sort_keys=True)})
     return base
 
 
@@ -222,6 +253,14 @@ def spawn(argv: list[str], env: dict, log_path: Path, cwd: Path) -> subprocess.P
         return subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_die_with_parent)
+
+
+def signal_main(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the container's main process only."""
+    try:
+        proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:

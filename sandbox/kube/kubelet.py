@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sandbox.kube import containers, dns, podstatus, resources
 from sandbox.kube.api import now_iso
-from sandbox.kube.nodes import node_address, node_ready
+from sandbox.kube.nodes import JOIN_ANNOTATION, node_address, node_ready
 from sandbox.kube.podstatus import compose_status, lost_node_status, read_tail
 from sandbox.kube.probes import run_probe
 
@@ -104,27 +104,38 @@ class Kubelet:
             prt = self.pods.get(pod["metadata"]["uid"])
             if prt is None:
                 prt = self.pods[pod["metadata"]["uid"]] = self._new_runtime(pod)
-            self._step_pod(pod, prt, node_address(node))
+            self._step_pod(pod, prt, node_address(node), self._node_dir(node))
         for uid in [u for u in self.pods if u not in live]:
             self._stop(self.pods.pop(uid))
             self.app.recorder.forget(uid)
         self._reap()
 
-    def _step_pod(self, pod: dict, prt: PodRuntime, address: str) -> None:
+    def _node_dir(self, node: dict) -> Path | None:
+        """The sandbox node's directory (its NVMe under ``nvme/``), from the join record's instance id."""
+        iid = ((node.get("metadata") or {}).get("annotations") or {}).get(JOIN_ANNOTATION)
+        folder = self.app.settings.state_dir / "sandbox" / "nodes" / iid if iid else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    def _step_pod(self, pod: dict, prt: PodRuntime, address: str, node_dir: Path | None = None) -> None:
         for c in prt.ctrs:
             if c.init and not c.sidecar:
                 if not c.succeeded:
-                    self._step(pod, prt, c, address)
+                    self._step(pod, prt, c, address, node_dir)
                     if not c.succeeded:
                         break  # later containers wait for this init container
                 continue
-            self._step(pod, prt, c, address)
+            self._step(pod, prt, c, address, node_dir)
         self.app.api.write_status(PODS, pod, compose_status(pod, prt, address))
 
     def _stop(self, prt: PodRuntime) -> None:
+        # As the container runtime stops a container: SIGTERM to its main process only (PID 1 in
+        # the container; an engine's own children, such as vLLM's engine core and workers, are
+        # shut down by it, not signalled directly), then SIGKILL to every process left once the
+        # grace period ends (here a short fixed one) or the main process has gone (kubelet
+        # kuberuntime_container.go killContainer; the runtime kills the whole PID namespace).
         for c in prt.ctrs:
             if c.proc is not None:
-                containers.kill_group(c.proc, signal.SIGTERM)
+                containers.signal_main(c.proc, signal.SIGTERM)
                 self.dying.append((c.proc, time.monotonic() + 3.0))
                 c.proc = None
         shutil.rmtree(prt.work, ignore_errors=True)
@@ -132,9 +143,11 @@ class Kubelet:
     def _reap(self) -> None:
         still = []
         for proc, deadline in self.dying:
+            if proc.poll() is None and time.monotonic() <= deadline:
+                still.append((proc, deadline))
+                continue
+            containers.kill_group(proc, signal.SIGKILL)  # what is left of the container, if anything
             if proc.poll() is None:
-                if time.monotonic() > deadline:
-                    containers.kill_group(proc, signal.SIGKILL)
                 still.append((proc, deadline))
         self.dying = still
 
@@ -165,7 +178,7 @@ class Kubelet:
             return True
         return any(fnmatch.fnmatchcase(image, pat) for pat in self.app.settings.allowed_images)
 
-    def _step(self, pod: dict, prt: PodRuntime, c: Ctr, address: str) -> None:
+    def _step(self, pod: dict, prt: PodRuntime, c: Ctr, address: str, node_dir: Path | None = None) -> None:
         now = time.monotonic()
         if c.proc is not None:
             rc = c.proc.poll()
@@ -175,6 +188,8 @@ class Kubelet:
                 else:
                     self._probe(pod, c, address, now)
                 return
+            # The main process is gone: so is the container, and every process it started.
+            containers.kill_group(c.proc, signal.SIGKILL)
             self._exited(pod, c, rc, now)
             return
         if c.done or now < c.next_start:
@@ -203,8 +218,9 @@ class Kubelet:
             self._event(pod, "Normal", "Pulled",
                         f'Container image "{image}" already present on machine')
         try:
-            c.proc = containers.spawn(argv, containers.process_env(pod, env, address,
-                                                                   self.app.settings.state_dir, c.spec),
+            c.proc = containers.spawn(argv, containers.process_env(
+                pod, env, address, self.app.settings.state_dir, c.spec,
+                containers.host_mounts(pod, c.spec, node_dir)),
                                       c.log_path(c.attempts), prt.work)
         except OSError as e:
             c.state = {"waiting": {"reason": "RunContainerError", "message": str(e)}}

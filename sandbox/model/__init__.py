@@ -15,10 +15,10 @@ already exist with the right size and seed.
     python -m sandbox.model --out-dir /tmp/model --model-size-mb 64
 """
 
-from sandbox.model.files import SEED_KEY, ModelFile, Shard, ShardStream, model_files
+from sandbox.model.files import SEED_KEY, ModelFile, Shard, ShardStream, directory_files, model_files
 from sandbox.model.layout import Dims, ModelShape, Tensor, plan_dims
 from sandbox.model.upload import DEFAULT_URI, UploadReport, split_uri, upload_model, write_model
 
 __all__ = ["DEFAULT_URI", "SEED_KEY", "Dims", "ModelFile", "ModelShape", "Shard", "ShardStream",
-           "Tensor", "UploadReport", "model_files", "plan_dims", "split_uri", "upload_model",
+           "Tensor", "UploadReport", "directory_files", "model_files", "plan_dims", "split_uri", "upload_model",
            "write_model"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from sandbox.model.layout import ModelShape, Tensor, all_tensors, config, plan_dims
 from sandbox.model.tokenizer import tokenizer_config, tokenizer_json
@@ -84,8 +86,11 @@ class ModelFile:
     size: int
     shard: Shard | None = None
     content: bytes = b""
+    path: Path | None = None  # a real checkpoint's file on disk (directory_files)
 
     def open(self, seed: int) -> io.BufferedReader:
+        if self.path is not None:
+            return open(self.path, "rb")
         raw = ShardStream(self.shard, seed) if self.shard else io.BytesIO(self.content)
         return io.BufferedReader(raw, BLOCK)
 
@@ -94,6 +99,23 @@ def _json_file(name: str, obj: object) -> ModelFile:
     data = json.dumps(obj, indent=2).encode()
     return ModelFile(name, len(data), content=data)
 
+
+
+def directory_files(folder: Path) -> tuple[list[ModelFile], int]:
+    """A real checkpoint's files (the real-engine tier's converted model), in the synthetic one's
+    order: weights first, ``config.json`` last (a checkpoint with a config.json is complete); hidden
+    files (setup stamps) stay out. Returns them with a seed that names their content, so a re-upload
+    skips exactly the objects already there with these bytes."""
+    files = sorted((f for f in Path(folder).iterdir() if f.is_file() and not f.name.startswith(".")),
+                   key=lambda f: (f.name == "config.json", not f.name.endswith(".safetensors"), f.name))
+    if not any(f.name == "config.json" for f in files):
+        raise FileNotFoundError(f"{folder} holds no config.json: not a checkpoint directory")
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            while chunk := fh.read(BLOCK * 8):
+                digest.update(chunk)
+    return [ModelFile(f.name, f.stat().st_size, path=f) for f in files], int(digest.hexdigest()[:12], 16)
 
 
 def model_files(shape: ModelShape = ModelShape(), size_mb: int = 256, seed: int = 0,

@@ -3,6 +3,9 @@
 up      start every built component (S3, AWS endpoint, Kubernetes API stand-in), wait until
         each answers, upload the synthetic model, create what the blueprint expects to find
         in the account, and write <state>/sandbox.env. A no-op that says so when already up.
+        --real-engines: vLLM pods run the real CPU build on the real small model, which is
+        uploaded instead (blueprint default: blueprints/sandbox-real-vllm.yaml; install it
+        first with scripts/setup --real-engines; sandbox/orchestrator/real_engines.py).
 down    stop what `up` started (and the node sshds the AWS endpoint started), nothing else.
 status  each component: built or not, PID, address, up or down.
 
@@ -14,17 +17,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import os
 import sys
 import time
 from pathlib import Path
 
+from sandbox.orchestrator import real_engines
 from sandbox.orchestrator.components import NODES_BUILT, ComponentError
 from sandbox.orchestrator.provision import DEFAULT_BLUEPRINT, load_blueprint, provision
 from sandbox.orchestrator.stack import Sandbox, default_state_dir
 
 def cmd_up(sb: Sandbox, args) -> int:
     t0 = time.monotonic()
-    bp = load_blueprint(args.blueprint)
+    bp = load_blueprint(args.blueprint or (real_engines.BLUEPRINT if args.real_engines else DEFAULT_BLUEPRINT))
+    model_dir = None
+    if args.real_engines:
+        from sandbox.engines import real
+
+        try:
+            os.environ.update(real_engines.prepare(sb.state_dir, bool(sb.running_pid("kube"))))
+        except (real_engines.NotReady, OSError) as exc:
+            print(f"sandbox up --real-engines: {exc}", file=sys.stderr)
+            return 1
+        model_dir = real.model_dir()
+        print(f"real engines: vLLM CPU build from {real.venv()}, model {model_dir}")
     sandbox_spec = bp.sandbox
     overrides = {
         "s3_port": args.s3_port, "aws_port": args.aws_port, "kube_port": args.kube_port,
@@ -53,7 +69,7 @@ def cmd_up(sb: Sandbox, args) -> int:
     print(f"started {', '.join(report.started)} in {report.seconds:.1f} s")
     size = args.model_size_mb or (sandbox_spec.model_size_mb if sandbox_spec else 256)
     try:
-        provision(sb, bp, size, args.seed)
+        provision(sb, bp, size, args.seed, model_dir=model_dir)
     except Exception as exc:
         print(f"sandbox up: provisioning failed: {exc}; stopping", file=sys.stderr)
         sb.stop()
@@ -79,6 +95,10 @@ def cmd_status(sb: Sandbox, args) -> int:
     print(f"{'component':<10} {'state':<10} {'pid':<8} {'address':<28} what")
     for r in rows:
         print(f"{r.name:<10} {r.state:<10} {r.pid or '-':<8} {r.address or '-':<28} {r.what}")
+    netns_holder = real_engines.holder(sb.state_dir)
+    if netns_holder:
+        print(f"{'engines':<10} {'real':<10} {netns_holder:<8} {'/proc/%d/ns/net' % netns_holder:<28} "
+              "vLLM CPU build in its own network namespace (--real-engines)")
     if sb.env_file.exists() and any(r.running for r in rows):
         print(f"environment: source {sb.env_file}")
     return 0
@@ -90,7 +110,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="default: $PDLIFT_STATE_DIR or <repo>/.pdlift")
     sub = ap.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the sandbox")
-    up.add_argument("--blueprint", type=Path, default=DEFAULT_BLUEPRINT)
+    up.add_argument("--blueprint", type=Path, default=None,
+                    help="default: blueprints/sandbox-2p2d.yaml (--real-engines: sandbox-real-vllm.yaml)")
+    up.add_argument("--real-engines", action="store_true",
+                    help="vLLM pods run the real CPU build (scripts/setup --real-engines installs it)")
     up.add_argument("--s3-port", type=int, default=None, help="default: a free port")
     up.add_argument("--aws-port", type=int, default=None, help="default: a free port")
     up.add_argument("--kube-port", type=int, default=None, help="default: a free port")

@@ -20,15 +20,19 @@ def load_blueprint(path: Path):
 
 
 def provision(sb: Sandbox, bp, model_size_mb: int, seed: int, log=print, model: bool = True,
-              account: bool = True) -> dict:
-    """Everything `up` puts into running components: the model in S3, the account in AWS."""
+              account: bool = True, model_dir: Path | None = None) -> dict:
+    """Everything `up` puts into running components: the model in S3 (the synthetic one, or the
+    real checkpoint in ``model_dir``: the real-engine tier's), the account in AWS."""
     ctx, done = sb.context(), {}
     if model and sb.running_pid("s3"):
         s3 = sandbox_s3.client(sb.components_by_name["s3"].address(ctx))
         bucket, _ = sandbox_model.split_uri(bp.model.weights_uri)
         sandbox_s3.ensure_bucket(s3, bucket)
-        files = sandbox_model.model_files(sandbox_model.ModelShape.from_blueprint(bp),
-                                          model_size_mb, seed)
+        if model_dir is not None:
+            files, seed = sandbox_model.directory_files(model_dir)
+        else:
+            files = sandbox_model.model_files(sandbox_model.ModelShape.from_blueprint(bp),
+                                              model_size_mb, seed)
         report = sandbox_model.upload_model(s3, bp.model.weights_uri, files, seed)
         log(f"model: {len(report.uploaded)} objects uploaded "
             f"({report.bytes_uploaded / 1e6:.0f} MB in {report.seconds:.1f} s), "

@@ -105,7 +105,8 @@ class CanaryReport:
 
     def summary(self) -> str:
         fabric = ", ".join(f"{role} nodes' EFA counters +{_fmt(v)}" for role, v in self.fabric_moved.items()
-                           if v is not None) or "EFA counters not read"
+                           if v is not None) or ("EFA counters not read" if self.fabric_moved else
+                                                 "no EFA counters judged (protocol tcp)")
         logs = ", ".join(f"{role} log: {t or 'no transport named'}" for role, t in self.transport.items())
         head = (f"canary ({self.prompt_tokens} prompt tokens, KV {_fmt(self.kv_bytes)}): TTFT "
                 f"{self.ttft_s * 1000:.0f} ms (bound {self.ttft_bound_s * 1000:.0f} ms); {fabric}; "

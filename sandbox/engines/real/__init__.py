@@ -12,7 +12,10 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def home() -> Path:
-    """Where scripts/setup-real-engines put the venv and the model."""
+    """Where scripts/setup-real-engines put the venv and the model: ``$PDLIFT_REAL_ENGINES_HOME``,
+    else ``<state dir>/real-engines`` (a sandbox in a state dir of its own can name the one install)."""
+    if os.environ.get("PDLIFT_REAL_ENGINES_HOME"):
+        return Path(os.environ["PDLIFT_REAL_ENGINES_HOME"]).resolve()
     state = os.environ.get("PDLIFT_STATE_DIR") or str(REPO_ROOT / ".pdlift")
     return Path(state).resolve() / "real-engines"
 

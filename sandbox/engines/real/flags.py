@@ -14,10 +14,13 @@ member) is refused with the reason: one CPU process stands for one role's engine
 | ``--gpu-memory-utilization F``                        | dropped; the KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB |
 | ``--kv-cache-dtype fp8``                              | as rendered on a CPU with AVX-512 or AMX; ``auto`` on one without (vLLM's CPU attention refuses fp8 KV there: vllm/v1/attention/backends/cpu_attn.py ``_get_attn_isa``) |
 | ``--max-model-len N``                                 | ``min(N, CPU_MAX_MODEL_LEN)``                |
+| (CUDA graphs and torch.compile, on by default)         | ``--enforce-eager`` added: the CPU build otherwise compiles with inductor at start and again on a new batch shape, tens of seconds on two cores (a first canary took 17.8 s to its first token) |
 | ``--host H``                                          | the pod's own address                        |
 | ``--kv-transfer-config`` NixlConnector                | ``kv_buffer_device: cpu`` added; backend UCX over tcp (no EFA here) |
+| ``--kv-transfer-config`` MooncakeConnector            | refused: its worker needs an accelerator device (mooncake_connector.py) |
 | ``--nnodes N>1``, ``--node-rank R>0``, ``--headless``, ``--data-parallel-start-rank R>0`` | refused |
 | env ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` (``eth0`` on the fleet) | ``lo``: the only interface in the engines' namespace (torch's gloo otherwise fails "Unable to find address for: eth0") |
+| env ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` unset (uvicorn closes an idle connection after 5 s: vllm/envs.py) | ``75``: a CPU prefill hop takes about 5 s, so the router's pooled decode connection sat idle exactly as long as uvicorn keeps it, and reusing it raced the close ("Server disconnected", 1 request in 4 at concurrency 1 here); on GPUs that hop takes milliseconds |
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 API_SERVER = ("-m", "vllm.entrypoints.openai.api_server")
 CPU_MAX_MODEL_LEN = 2048
 KV_CACHE_GIB = 1
+KEEP_ALIVE_S = 75
 DROPPED_WITH_VALUE = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
                       "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port",
                       "--all2all-backend", "--gpu-memory-utilization", "--master-addr", "--master-port"}
@@ -78,9 +82,15 @@ def to_cpu(argv: list[str], bind: str, cpu_features: frozenset[str] = frozenset(
         if (env or {}).get(name, "lo") != "lo":
             cmd.notes.append(f"{name}={env[name]}: lo (the engines' namespace has no other interface)")
             cmd.env[name] = "lo"
+    if "VLLM_HTTP_TIMEOUT_KEEP_ALIVE" not in (env or {}):
+        cmd.env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] = str(KEEP_ALIVE_S)
+        cmd.notes.append(f"VLLM_HTTP_TIMEOUT_KEEP_ALIVE={KEEP_ALIVE_S} (CPU prefill hops outlast uvicorn's 5 s)")
     fp8_kv = bool(FP8_KV_CPU_FEATURES & cpu_features)
     for name, value in split_flags(rest):
         _map(name, value, bind, cmd, fp8_kv)
+    if "--enforce-eager" not in cmd.args:
+        cmd.args.append("--enforce-eager")
+        cmd.notes.append("--enforce-eager: added (no graph capture or compilation on CPU)")
     return cmd
 
 
@@ -136,6 +146,12 @@ def _kv_config(text: str, cmd: CpuCommand) -> str:
         config = json.loads(text)
     except json.JSONDecodeError:
         return text  # vLLM's own parser says what is wrong with it
+    if config.get("kv_connector") == "MooncakeConnector":
+        # Its worker asks torch for the current accelerator first (mooncake_connector.py:
+        # torch.accelerator.current_device_index()), which raises on CPU torch.
+        raise Unmappable("--kv-transfer-config MooncakeConnector: vLLM's Mooncake connector needs an accelerator "
+                         "device (CPU torch has none); the real-engine sandbox runs NixlConnector "
+                         "(kv_transfer.connector: nixl), and tests the Mooncake Transfer Engine on its own")
     if config.get("kv_connector") == "NixlConnector":
         config["kv_buffer_device"] = "cpu"
         extra = config.setdefault("kv_connector_extra_config", {})

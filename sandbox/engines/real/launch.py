@@ -6,8 +6,13 @@ Chosen when ``PDLIFT_SANDBOX_REAL_ENGINES`` names the real-engine virtualenv
 cannot map fails the pod, exit 1, naming it; a flag vLLM does not know fails in vLLM's own parser,
 exit 2). The server runs inside the namespace on the pod's address (``PDLIFT_SANDBOX_BIND``) and a
 forwarder makes it reachable there from outside. ``PDLIFT_SANDBOX_MOUNTS`` (JSON, container path ->
-directory here) is how the pod's volumes reach it: the model directory the rendered command names
-is the node's staged copy.
+directory here) is how the pod's volumes reach it: the server runs in a mount namespace of its own
+where each directory is bind-mounted at its container path, as the kubelet mounts a hostPath, so
+the model directory the rendered command names is the node's staged copy *at the same path on
+every pod*. That matters: vLLM's NIXL handshake refuses a peer whose compatibility hash differs,
+and the hash covers the model path (vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py
+``compute_nixl_compatibility_hash``: ``"model": model_config.model``). A volume whose directory
+is missing fails the pod, as the kubelet's hostPath ``type: Directory`` check does.
 
 The process stays in front of the server: SIGTERM and SIGINT are passed on (vLLM drains for its
 ``--shutdown-timeout``), and it exits with the server's code.
@@ -39,17 +44,27 @@ def run(argv: list[str]) -> int:
               f"{python} is missing) and {NETNS}", file=sys.stderr, flush=True)
         return 1
     try:
-        cmd = flags.to_cpu(_mounted(argv, json.loads(os.environ.get(MOUNTS) or "{}")), bind, cpu_features(),
-                           dict(os.environ))
+        cmd = flags.to_cpu(argv, bind, cpu_features(), dict(os.environ))
     except flags.Unmappable as e:
         print(f"pdlift sandbox: this vLLM command has no CPU equivalent: {e}", file=sys.stderr, flush=True)
         return 1
+    mounts = json.loads(os.environ.get(MOUNTS) or "{}")
+    for inside, here in sorted(mounts.items()):
+        if not Path(here).is_dir():
+            print(f'pdlift sandbox: MountVolume.SetUp failed for the volume at {inside}: hostPath type check failed: '
+                  f'{here} is not a directory (nothing staged on this node?)', file=sys.stderr, flush=True)
+            return 1
     for note in cmd.notes:
         print(f"pdlift sandbox (real vLLM, CPU build): {note}", flush=True)
     port = _port(cmd.args)
-    server = subprocess.Popen(netns.command_inside(namespace, [str(python), *cmd.args]),
+    try:  # first: a port still held here fails the container before any engine starts
+        forwarder = netns.Forwarder(namespace, (bind, port))
+    except OSError as e:
+        print(f"pdlift sandbox: cannot listen on {bind}:{port}: {e}", file=sys.stderr, flush=True)
+        return 1
+    server = subprocess.Popen(mounted(mounts, netns.command_inside(namespace, [str(python), *cmd.args])),
                               env={**os.environ, **cmd.env})
-    forwarder = netns.Forwarder(namespace, (bind, port)).start()
+    forwarder.start()
 
     def pass_on(signum, _frame):
         server.send_signal(signum)
@@ -72,16 +87,21 @@ def cpu_features() -> frozenset[str]:
     return frozenset()
 
 
-def _mounted(argv: list[str], mounts: dict[str, str]) -> list[str]:
-    """Each word naming a path under a mounted container path, as the directory it is mounted from."""
-    out = []
-    for word in argv:
-        for inside, here in sorted(mounts.items(), key=lambda m: -len(m[0])):
-            if word == inside or word.startswith(inside.rstrip("/") + "/"):
-                word = here + word[len(inside.rstrip("/")):]
-                break
-        out.append(word)
-    return out
+# $1 ... up to "--": pairs (container path, directory here); then the command. The mount points
+# are made on this machine's file system (empty directories, as the nodes' /mnt/k8s-disks/0);
+# the mounts themselves exist only in the engine's mount namespace.
+_MOUNT_SCRIPT = ('set -e; while [ "$1" != "--" ]; do mkdir -p "$1"; mount --bind "$2" "$1"; '
+                 'mount -o remount,bind,ro "$1"; shift 2; done; shift; exec "$@"')
+
+
+def mounted(mounts: dict[str, str], command: list[str]) -> list[str]:
+    """``command`` in a mount namespace of its own where each directory is bind-mounted read-only
+    at its container path (the engine's volumes are ``readOnly``); unchanged without mounts."""
+    if not mounts:
+        return command
+    pairs = [word for inside, here in sorted(mounts.items()) for word in (inside, here)]
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _MOUNT_SCRIPT, "pdlift-mounts",
+            *pairs, "--", *command]
 
 
 def _port(args: list[str]) -> int:

@@ -33,10 +33,14 @@ class NetnsError(RuntimeError):
     """The namespace could not be made or entered."""
 
 
-def start_holder(pid_file: Path) -> int:
+def start_holder(pid_file: Path, marker: str = "") -> int:
     """A process that keeps the engines' namespace alive (its loopback up); its pid is written to
-    ``pid_file``. The namespace is ``/proc/PID/ns/net``; it goes when the holder is killed."""
-    proc = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", "ip link set lo up && exec sleep infinity"],
+    ``pid_file``. The namespace is ``/proc/PID/ns/net``; it goes when the holder is killed (with
+    its process group: the shell waits on a sleep). ``marker`` (a state dir) stays in the holder's
+    argv, so ``scripts/sandbox down`` knows it as one of that sandbox's processes."""
+    script = "ip link set lo up || exit 1; while :; do sleep 3600; done"
+    proc = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", script, "pdlift-engines-netns",
+                             *([marker] if marker else [])],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     deadline = time.monotonic() + 10
@@ -51,6 +55,16 @@ def start_holder(pid_file: Path) -> int:
         time.sleep(0.05)
     proc.kill()
     raise NetnsError("the engines' namespace did not bring its loopback up within 10 s")
+
+
+def stop_holder(pid: int) -> None:
+    """Kill the holder and its sleep (its process group); the namespace goes with them."""
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _loopback_up(pid: int) -> bool:

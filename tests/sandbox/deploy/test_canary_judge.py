@@ -162,6 +162,7 @@ def test_sglang_counts_one_transfer_stage_on_each_side_and_no_failure():
 def test_over_tcp_by_choice_neither_the_fabric_nor_the_logs_are_asked():
     report = _vllm(fabric=0, logs=("", ""), spec=dataclasses.replace(VLLM, protocol="tcp"))
     assert report.ok, report.problems
+    assert "no EFA counters judged (protocol tcp)" in report.summary() and "EFA counters not read" not in report.summary()
 
 
 def test_efa_counters_are_summed_over_devices_and_a_bad_line_is_named():

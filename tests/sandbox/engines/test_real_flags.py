@@ -48,7 +48,7 @@ def test_a_flag_in_no_row_goes_to_vllms_parser_unchanged():
 def test_the_module_form_and_equals_values_are_mapped_the_same():
     cmd = flags.to_cpu(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model=/m",
                         "--max-model-len=4096", "--tensor-parallel-size=8", "--host=0.0.0.0"], bind="127.0.0.5")
-    assert cmd.args[2:] == ["--model", "/m", "--max-model-len", "2048", "--host", "127.0.0.5"]
+    assert cmd.args[2:] == ["--model", "/m", "--max-model-len", "2048", "--host", "127.0.0.5", "--enforce-eager"]
 
 
 @pytest.mark.parametrize("length, expected", [(2047, "2047"), (2048, "2048"), (2049, "2048")])
@@ -62,7 +62,7 @@ def test_a_decode_leaders_dp_and_ep_flags_are_dropped():
                                    "--data-parallel-start-rank 0 --data-parallel-address 127.0.0.3 "
                                    "--data-parallel-rpc-port 5555 --enable-expert-parallel "
                                    "--all2all-backend deepep_low_latency --port 8200"), bind="127.0.0.1")
-    assert cmd.args[2:] == ["--model", "/m", "--port", "8200"]
+    assert cmd.args[2:] == ["--model", "/m", "--port", "8200", "--enforce-eager"]
 
 
 @pytest.mark.parametrize("argv, why", [
@@ -71,6 +71,8 @@ def test_a_decode_leaders_dp_and_ep_flags_are_dropped():
     ("vllm serve /m --headless", "--headless"),
     ("vllm serve /m --data-parallel-start-rank 8", "--data-parallel-start-rank 8"),
     ("sglang serve /m", "not a vLLM server command"),
+    ("""vllm serve /m --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}'""",
+     "MooncakeConnector: vLLM's Mooncake connector needs an accelerator"),
 ])
 def test_what_has_no_cpu_equivalent_is_refused_naming_the_flag(argv, why):
     with pytest.raises(flags.Unmappable, match=why):
@@ -79,7 +81,7 @@ def test_what_has_no_cpu_equivalent_is_refused_naming_the_flag(argv, why):
 
 def test_a_one_node_group_and_rank_0_are_accepted():
     cmd = flags.to_cpu(shlex.split("vllm serve /m --nnodes 1 --node-rank 0 --port 1"), bind="127.0.0.1")
-    assert cmd.args[2:] == ["--model", "/m", "--port", "1"]
+    assert cmd.args[2:] == ["--model", "/m", "--port", "1", "--enforce-eager"]
 
 
 @pytest.mark.parametrize("features, expected", [
@@ -95,3 +97,9 @@ def test_the_fleets_interface_names_become_the_namespaces_loopback():
     assert cmd.env["GLOO_SOCKET_IFNAME"] == cmd.env["NCCL_SOCKET_IFNAME"] == "lo"
     assert "TP_SOCKET_IFNAME" not in cmd.env and "FI_PROVIDER" not in cmd.env
     assert sum("eth0: lo" in note for note in cmd.notes) == 2
+
+
+def test_uvicorns_keep_alive_outlasts_a_cpu_prefill_hop_unless_the_pod_sets_its_own():
+    assert flags.to_cpu(["vllm", "serve", "/m"], bind="127.0.0.1").env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "75"
+    own = flags.to_cpu(["vllm", "serve", "/m"], bind="127.0.0.1", env={"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "7"})
+    assert "VLLM_HTTP_TIMEOUT_KEEP_ALIVE" not in own.env  # the container's own value reaches vLLM

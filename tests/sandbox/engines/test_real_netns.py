@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +23,7 @@ SERVER = ("import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCK
 def namespace(tmp_path):
     pid = netns.start_holder(tmp_path / "netns.pid")
     yield netns.path_of(pid)
-    os.kill(pid, signal.SIGKILL)
+    netns.stop_holder(pid)
 
 
 def _serve_inside(path: str, port: int) -> subprocess.Popen:

@@ -47,7 +47,7 @@ def installed():
 def namespace(installed, tmp_path_factory):
     pid = netns.start_holder(tmp_path_factory.mktemp("netns") / "netns.pid")
     yield netns.path_of(pid)
-    os.kill(pid, signal.SIGKILL)
+    netns.stop_holder(pid)
 
 
 def container(bp, role: str, address: str) -> tuple[list[str], dict[str, str]]:
