@@ -8,8 +8,8 @@ the rendered pods with vLLM's CPU build, loading the weights from the staged cop
 
 * the canary passes on vLLM's own counters (decode loaded the prompt over NIXL, computed none);
 * the same decode engine without the connector fails the canary, naming the recompute;
-* `pdlift deploy` again restores it; a benchmark (isl-256 at concurrency 1 and 2, 30 s each)
-  records the baseline, and `pdlift benchmark-gate` measures again with the server-side figures
+* with the connector back, a benchmark (isl-256 at concurrency 1 for 60 s) records this
+  machine's baseline, and `pdlift benchmark-gate` measures again with the server-side figures
   read from the real engines' /metrics, and reaches a verdict.
 
 Selected only by `scripts/test --real-engines` (marker ``real_engines``).
@@ -174,14 +174,14 @@ def test_with_the_connector_back_a_benchmark_gates_on_the_real_engines_figures(s
     baseline = json.loads((site.state / "baselines" / f"{site.bp.name}.json").read_text())
     # Measured here: the gate compares the candidate with this machine's own figures.
     assert baseline["run_id"] == "real-baseline"
-    assert {p["concurrency"] for p in baseline["scenarios"]["isl-256"]} == {1, 2}
+    assert [p["concurrency"] for p in baseline["scenarios"]["isl-256"]] == [1]
     gated = site.pdlift("benchmark-gate", str(BLUEPRINT), "--colour", "blue", check=False)
     bench = site.state / "runs" / site.bp.name / run_id_of(site.bp) / "bench"
     report = json.loads((bench / "gate.json").read_text())
     assert report["outcome"] in ("PASS", "FAIL", "INCONCLUSIVE")
     assert gated.returncode == (0 if report["outcome"] == "PASS" else 1), gated.stderr[-2000:]
     summaries = json.loads((bench / "results.json").read_text())["summaries"]
-    assert {s["concurrency"] for s in summaries} == {1, 2}
+    assert [s["concurrency"] for s in summaries] == [1]
     for s in summaries:
         assert s["completed"] > 0 and s["ttft"]["mean"] > 0 and s["tpot"]["mean"] > 0
     figures = {}
