@@ -14,7 +14,7 @@ member) is refused with the reason: one CPU process stands for one role's engine
 | ``--gpu-memory-utilization F``                        | dropped; the KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB |
 | ``--kv-cache-dtype fp8``                              | as rendered on a CPU with AVX-512 or AMX; ``auto`` on one without (vLLM's CPU attention refuses fp8 KV there: vllm/v1/attention/backends/cpu_attn.py ``_get_attn_isa``) |
 | ``--max-model-len N``                                 | ``min(N, CPU_MAX_MODEL_LEN)``                |
-| (CUDA graphs and torch.compile, on by default)         | ``--enforce-eager`` added: the CPU build otherwise compiles with inductor at start and again on a new batch shape, tens of seconds on two cores (a first canary took 17.8 s to its first token) |
+| (CUDA graphs and torch.compile, on by default)         | ``--enforce-eager`` added: the CPU build otherwise compiles with inductor at start and again on a new batch shape, tens of seconds on two cores (a first canary took 17.8 s to its first token; eager, 3.8 s) |
 | ``--host H``                                          | the pod's own address                        |
 | ``--kv-transfer-config`` NixlConnector                | ``kv_buffer_device: cpu`` added; backend UCX over tcp (no EFA here) |
 | ``--kv-transfer-config`` MooncakeConnector            | refused: its worker needs an accelerator device (mooncake_connector.py) |
