@@ -342,6 +342,16 @@ def status_of(code: int, doc) -> dict:
     return out
 
 
+
+def answer_of(code: int, doc, product_error: bool = False) -> dict:
+    """``status_of`` plus the answer's message, and (``product_error``) the class the product makes of it."""
+    out = status_of(code, doc)
+    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
+    if product_error:
+        out["product_error"] = translate_class(code, doc)
+    return out
+
+
 def pdlift_error(fn) -> str:
     try:
         fn()
@@ -529,9 +539,7 @@ def _replicas_patch(o: dict, n: int) -> dict:
 def c_conflict_deploy(s: Side):
     o = find(STACKS[FIRST], "Deployment")
     code, doc = _other_apply(s, _replicas_patch(o, 5), force=False)
-    out = status_of(code, doc)
-    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
-    out["product_error"] = translate_class(code, doc)
+    out = answer_of(code, doc, product_error=True)
     return out
 
 
@@ -539,8 +547,7 @@ def c_conflict_deploy(s: Side):
 def c_conflict_lws(s: Side):
     o = find(STACKS[FIRST], "LeaderWorkerSet", "decode")
     code, doc = _other_apply(s, _replicas_patch(o, 4), force=False)
-    out = status_of(code, doc)
-    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
+    out = answer_of(code, doc)
     return out
 
 
@@ -601,8 +608,7 @@ def c_create_existing(s: Side):
     ns = STACKS[FIRST][0]["metadata"]["name"]
     code, doc = s.req("POST", "/api/v1/namespaces", None, {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": ns}}, "application/json")
-    out = status_of(code, doc)
-    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
+    out = answer_of(code, doc)
     out["details"] = {k: v for k, v in (doc.get("details") or {}).items() if k in ("name", "kind", "group")}
     return out
 
@@ -611,8 +617,7 @@ def c_create_existing(s: Side):
 def c_get_missing(s: Side):
     ns = STACKS[FIRST][0]["metadata"]["name"]
     code, doc = s.req("GET", path_of("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "nope", ns))
-    out = status_of(code, doc)
-    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
+    out = answer_of(code, doc)
     out["details"] = {k: v for k, v in (doc.get("details") or {}).items() if k in ("name", "kind", "group")}
     out["KubeApply.get"] = s.kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "nope", ns)
     return out
@@ -624,9 +629,7 @@ def _not_served(s: Side, path: str, obj: dict | None = None):
     else:
         code, doc = s.req("PATCH", path, [("fieldManager", FIELD_MANAGER), ("force", "true")], obj,
                           "application/apply-patch+yaml")
-    out = status_of(code, doc)
-    out["message"] = doc.get("message") if isinstance(doc, dict) else doc
-    out["product_error"] = translate_class(code, doc)
+    out = answer_of(code, doc, product_error=True)
     return out
 
 
