@@ -87,6 +87,10 @@ class CapacitySpec(Frozen):
     max_hourly_usd: PositiveFloat
     max_upfront_usd: Annotated[float, Field(ge=0)] = 0.0
     wait_ready_s: PositiveInt = 900
+    retry_delays_s: list[Annotated[float, Field(ge=0, le=3600)]] = Field(
+        default=[10, 60], max_length=10,
+        description="Seconds before each new attempt of the reserve stage after a transient failure "
+                    "(no capacity in any AZ, throttling): one entry per retry, [] for none.")
 
 
 class EksSpec(Frozen):

@@ -15,7 +15,9 @@ def reserve_flow(blueprint_path: str, run_id: str | None = None) -> Reserved:
     run = pipeline.start(blueprint_path, run_id)
     for note in reserve.preflight(run):
         get_run_logger().info("preflight: %s", note)
-    reserved = pipeline.done(run, reserve.reserve(run))
+    # Capacity often frees up within minutes: the blueprint says how long to keep asking.
+    delays = run.blueprint.aws.capacity.retry_delays_s
+    reserved = pipeline.done(run, reserve.reserve.with_options(retries=len(delays), retry_delay_seconds=delays)(run))
     if reserved.starts_at or reserved.ends_at:
         get_run_logger().info("%s %s usable from %s until %s", "Capacity Block" if reserved.capacity_block else
                               "reservation", reserved.reservation_id, reserved.starts_at or "now",

@@ -23,6 +23,7 @@ def preflight(run: Run) -> list[str]:
         return stage.preflight(run.blueprint, wiring.capacity)
 
 
+# The retries are the blueprint's (aws.capacity.retry_delays_s, set by flows/reserve.py); these are its defaults.
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60], retry_condition_fn=retry_if_transient)
 def reserve(run: Run) -> Reserved:
     run.reload()  # the token generations a crashed attempt recorded

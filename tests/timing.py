@@ -1,10 +1,11 @@
-"""The marker for tests whose assertions read a wall clock or a throughput measured on this machine.
+"""The marker for tests whose assertions read a wall clock or a throughput measured on this machine
+against a tight bound.
 
-CI runs the whole suite on a shared 2-core machine, where a burst of other work can stretch one
-measurement past its bound. Such a test gets two more tries (a real regression fails all three);
-every other test gets one. Speed goals themselves are measured in scripts/bench/, not here.
+`scripts/test` runs such tests in the exact lane: one process at the highest priority it may take,
+beside the other lanes' tests at lower priorities, so a burst of other work cannot stretch what
+they measure (tests/lanes.py). Nothing is ever retried: a test that fails once has failed.
 """
 
 import pytest
 
-timing = pytest.mark.flaky(reruns=2, reruns_delay=2)
+timing = pytest.mark.exact

@@ -23,7 +23,21 @@ class WatchEvent(NamedTuple):
     old: dict | None
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
 def clone(obj):
+    """A copy no caller can change the stored object through. Objects here are JSON trees (what
+    the API decoded); walking dicts and lists directly is about 3x faster than copy.deepcopy,
+    which spent two thirds of this process's CPU in the control loop's lists (py-spy, a session
+    with two colours' pods: 17% of a core while idle). Anything else is deep-copied."""
+    kind = type(obj)
+    if kind is dict:
+        return {k: clone(v) for k, v in obj.items()}
+    if kind is list:
+        return [clone(v) for v in obj]
+    if kind in _ATOMS:
+        return obj
     return copy.deepcopy(obj)
 
 

@@ -97,7 +97,9 @@ def _role(role: str, gpus: int, weights_per_gpu: float, kv_tok_per_gpu: float, g
           utilization: float, replicas: int) -> RoleMemory:
     usable = gpu_gb * utilization
     free = usable - weights_per_gpu / 1e9 - RUNTIME_RESERVE_GB
-    capacity = int(free * 1e9 // kv_tok_per_gpu) if free > 0 else 0
+    # The quotient rounded, then truncated: with pp 3 the bytes per token per GPU are a rounded
+    # float (7168/3), and a floor division of the floats came out one token short (23437499).
+    capacity = int(free * 1e9 / kv_tok_per_gpu) if free > 0 else 0
     return RoleMemory(role, gpus, weights_per_gpu / 1e9, usable, free, kv_tok_per_gpu, capacity, replicas)
 
 

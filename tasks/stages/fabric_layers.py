@@ -154,7 +154,8 @@ def _loopback(ctx: Ctx, ssh: SshNode, device: str | None, test_id: str) -> Pingp
     its control port turned out to be taken, which says nothing about the NIC."""
     for attempt in (1, 2):
         port = ctx.ports(1)[0]
-        cmd = commands.negative_control(port, ctx.spec) if device is None else commands.loopback(device, port, ctx.spec)
+        cmd = (commands.negative_control(port, ctx.spec, ssh.address) if device is None
+               else commands.loopback(device, port, ctx.spec, ssh.address))
         run = ctx.runner.loopback(ssh, cmd, test_id if attempt == 1 else f"{test_id}-again")
         taken = run.result is not None and any(commands.ADDRESS_IN_USE in e for e in run.result.errors)
         if not taken:

@@ -33,7 +33,7 @@ def _run_pair(ctx: Ctx, a: Node, b: Node, tag: str) -> PairRuns:
     spec, test = ctx.spec, f"pair-{tag}-{a.name}-{b.name}"
     for attempt in (1, 2):  # once more on a fresh port if the control port was taken
         port = ctx.ports(1)[0]
-        ping = ctx.runner.pingpong(ssh_target(a), ssh_target(b), (commands.pingpong_server(port, spec),
+        ping = ctx.runner.pingpong(ssh_target(a), ssh_target(b), (commands.pingpong_server(port, spec, a.address),
                                                       commands.pingpong_client(a.address, port, spec)),
                                    f"{test}-fi_pingpong" + ("" if attempt == 1 else "-again"),
                                    spec.test_timeout_s + 5, port)

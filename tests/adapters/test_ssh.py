@@ -121,13 +121,16 @@ def test_a_timeout_kills_the_whole_remote_process_group(settings, node):
     running = []
     with NodeShell(settings) as shell:
         with pytest.raises(RemoteCommandTimeout) as caught:
-            shell.run(node, ["bash", "-c", script], timeout_s=2,
+            # 5 s: time for the session to open and the script to start (2 s was once not
+            # enough with the suite's other lanes beside it), then the kill
+            shell.run(node, ["bash", "-c", script], timeout_s=5,
                       on_line=lambda s, line: running.extend(_procs_with(marker)))
     assert len(running) >= 2, "the command never got going"
     assert caught.value.cleaned_up and "killed its process group" in str(caught.value)
     assert _procs_with(marker) == []
 
 
+@timing  # each kill opens a connection within connect_timeout_s (3 s): a bound measured on this machine
 def test_commands_timing_out_together_on_a_full_connection_are_each_killed_and_the_others_go_on(tmp_path):
     # sshd allows MaxSessions sessions per connection: two commands time out at once while a third
     # runs on, on a connection at its limit of 3. Each kill needs a session: the timed-out one's.

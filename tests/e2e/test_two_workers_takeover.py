@@ -21,15 +21,31 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.adapters.run_lease import RunLeases
 from tasks.adapters.state_store import S3Store
 from tasks.planning import identity
+from tests.fixtures.blueprints import write_quick
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 BUCKET = "pdlift-state"
 REPO = Path(__file__).resolve().parents[2]
+# The demo's blueprint with one short benchmark point and wide gate margins: these runs are about
+# the takeover, the strategies and the fleet swap, not the gate (tests/fixtures/blueprints.py).
+BLUEPRINT: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quick_blueprint(tmp_path_factory) -> str:
+    path = write_quick(tmp_path_factory.mktemp("takeover-bp") / "sandbox-2p2d.yaml")
+    doc = yaml.safe_load(path.read_text())
+    # One quick retry when no AZ has capacity (the default waits 10 s, then 60 s, for capacity to free up).
+    doc["aws"]["capacity"]["retry_delays_s"] = [1]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    BLUEPRINT["path"] = str(path)
+    return BLUEPRINT["path"]
 
 
 def _reservations(aws_env, run_id: str) -> list[str]:
@@ -89,7 +105,7 @@ def test_a_worker_killed_mid_staging_is_taken_over_by_the_other_and_the_run_fini
     s3 = s3_sandbox.client()
     ensure_bucket(s3, BUCKET)
     state_uri = f"s3://{BUCKET}/pg-{run_id}"
-    params = {"params": {"blueprint": "blueprints/sandbox-2p2d.yaml", "run_id": run_id}}
+    params = {"params": {"blueprint": BLUEPRINT["path"], "run_id": run_id}}
     base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": state_uri, "PDLIFT_LEASE_TTL_S": "30"}
 
     def start(name: str):
@@ -170,7 +186,7 @@ def test_the_scheduled_redeploy_recreates_the_promoted_fleet_within_twice_the_pl
     worker = pg_workers.start_worker("worker-c", base_env=base, extra_env={"TMPDIR": str(tmp_path / "worker-c")})
     pg_workers.wait_online(worker)
     with ProductionProbe(routing, "sandbox-2p2d", "sandbox-2p2d") as probe:
-        _, run = pg_workers.create_run("redeploy", "redeploy", {"blueprint": "blueprints/sandbox-2p2d.yaml",
+        _, run = pg_workers.create_run("redeploy", "redeploy", {"blueprint": BLUEPRINT["path"],
                                                                 "fleet_run_id": run_id})
         finished = server.wait_terminal(run["id"], timeout_s=900)
         time.sleep(1.0)
@@ -207,7 +223,7 @@ def test_a_redeploy_killed_after_deleting_the_live_engines_is_restored_and_finis
     # the bound should that not be seen.
     base = {**prefect_pg_server.env, **sandbox_env, "PDLIFT_STATE_URI": PROMOTED["state_uri"],
             "PDLIFT_LEASE_TTL_S": "30"}
-    params = {"blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id}
+    params = {"blueprint": BLUEPRINT["path"], "fleet_run_id": run_id}
 
     def start(name: str):
         (tmp_path / name).mkdir()
@@ -304,7 +320,7 @@ def test_a_fleet_redeploy_without_capacity_for_a_second_fleet_stops_cleanly_with
     try:
         with ProductionProbe(routing, ns, ns) as probe:
             _, run = pg_workers.create_run("redeploy", "redeploy", {
-                "blueprint": "blueprints/sandbox-2p2d.yaml", "fleet_run_id": run_id, "strategy": "fleet"})
+                "blueprint": BLUEPRINT["path"], "fleet_run_id": run_id, "strategy": "fleet"})
             finished = server.wait_terminal(run["id"], timeout_s=600)
     finally:
         aws_sandbox.admin.clear_faults()
@@ -328,7 +344,6 @@ def test_a_fleet_redeploy_killed_after_its_switch_moves_production_to_a_second_f
     the old colour to be kept 20 s), the worker is killed (kill -9, flow runs included). The next
     run settles the swap: the old colour kept, drained and deleted, production checked, the first
     fleet released."""
-    import yaml
 
     from tasks.planning import fleet_swap
     from tasks.planning.ledger import parse_time
@@ -342,7 +357,7 @@ def test_a_fleet_redeploy_killed_after_its_switch_moves_production_to_a_second_f
     first_fleet = _tagged(aws_sandbox, run_id)
     assert len(first_fleet["instances"]) == 4 and len(first_fleet["reservations"]) == 1
     # The demo's blueprint with a keep window long enough to kill the worker inside it.
-    doc = yaml.safe_load((REPO / "blueprints" / "sandbox-2p2d.yaml").read_text())
+    doc = yaml.safe_load(Path(BLUEPRINT["path"]).read_text())
     doc["promotion"]["keep_previous_colour_s"] = 20
     keep = tmp_path / "sandbox-2p2d-keep.yaml"
     keep.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -44,15 +44,23 @@ def _reserved_block(state_dir: Path, run_id: str, starts: dt.datetime) -> None:
                               now_str(starts + dt.timedelta(days=1))))
 
 
-async def _artifact(key: str) -> str:
+async def _artifact(key: str, run_id: str) -> str:
+    """The newest artifact ``key`` about run ``run_id``: every run of the blueprint shares the key,
+    and at the lowest priority of scripts/test the newest one read right after cw2 had waited was
+    still cw1's, so it is awaited (up to 60 s) rather than taken as the first one listed."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
 
+    deadline = time.monotonic() + 60
     async with get_client() as client:
-        found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-                                            sort=ArtifactSort.CREATED_DESC)
-    return found[0].data if found else ""
+        while True:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                                sort=ArtifactSort.CREATED_DESC)
+            ours = [a.data for a in found if f"Run {run_id} of" in (a.data or "")]
+            if ours or time.monotonic() > deadline:
+                return ours[0] if ours else ""
+            await asyncio.sleep(0.5)
 
 
 def test_a_deployments_run_is_rescheduled_for_the_blocks_start_and_frees_its_process(tmp_path, monkeypatch):
@@ -84,7 +92,7 @@ def test_a_deployments_run_is_rescheduled_for_the_blocks_start_and_frees_its_pro
     assert state.state_details.scheduled_time == starts
     assert "cr-0123456789abcdef0" in state.message
     assert left_after < 30  # it did not sit out the three hours
-    note = asyncio.run(_artifact("capacity-wait-sandbox-2p2d"))
+    note = asyncio.run(_artifact("capacity-wait-sandbox-2p2d", "cw1"))
     assert f"resumes at {now_str(starts)}: this flow run is rescheduled" in note and "$4,152.96 paid upfront" in note
 
 
@@ -94,7 +102,7 @@ def test_a_run_without_a_deployment_waits_in_its_own_process_until_the_start(tmp
     _reserved_block(tmp_path, "cw2", starts)
     assert waits_then_launches(str(tmp_path), "cw2") == "launched"
     assert dt.datetime.now(dt.timezone.utc) >= starts
-    assert "waits in its own process" in asyncio.run(_artifact("capacity-wait-sandbox-2p2d"))
+    assert "waits in its own process" in asyncio.run(_artifact("capacity-wait-sandbox-2p2d", "cw2"))
 
 
 def test_a_block_that_has_begun_is_no_wait(tmp_path, monkeypatch):

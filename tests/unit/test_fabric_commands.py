@@ -3,6 +3,7 @@ scripts, whose positional parameters must reach the tools as literal words."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import sys
@@ -23,8 +24,8 @@ def _opt(argv, flag: str) -> str:
 
 def _loopback_parts(cmd: fc.Command) -> tuple[list[str], list[str]]:
     argv = list(cmd.argv)
-    n = int(argv[6])
-    return argv[7:7 + n], argv[7 + n:]
+    n = int(argv[7])
+    return argv[8:8 + n], argv[8 + n:]
 
 
 def test_inventory_asks_nvidia_smi_for_csv_and_fi_info_for_efa_rdm_endpoints():
@@ -33,7 +34,7 @@ def test_inventory_asks_nvidia_smi_for_csv_and_fi_info_for_efa_rdm_endpoints():
 
 
 def test_a_loopback_pins_server_and_client_to_one_device_without_shm_on_distinct_ports():
-    cmd = fc.loopback("rdmap79s0", 23000, SPEC)
+    cmd = fc.loopback("rdmap79s0", 23000, SPEC, "10.0.0.7")
     server, client = _loopback_parts(cmd)
     assert cmd.env["FI_EFA_ENABLE_SHM_TRANSFER"] == "0" and cmd.env["FI_EFA_IFACE"] == "rdmap79s0"
     for argv in (server, client):
@@ -44,14 +45,14 @@ def test_a_loopback_pins_server_and_client_to_one_device_without_shm_on_distinct
 
 
 def test_the_negative_control_is_the_same_loopback_pinned_to_a_device_that_does_not_exist():
-    cmd = fc.negative_control(23002, SPEC)
+    cmd = fc.negative_control(23002, SPEC, "10.0.0.7")
     server, client = _loopback_parts(cmd)
     assert cmd.env["FI_EFA_IFACE"] == fc.ABSENT_DEVICE
     assert _opt(server, "-d") == _opt(client, "-d") == f"{fc.ABSENT_DEVICE}-rdm"
 
 
 def test_a_pair_pingpong_client_names_the_server_and_its_port():
-    server, client = fc.pingpong_server(24000, SPEC), fc.pingpong_client("10.0.0.7", 24000, SPEC)
+    server, client = fc.pingpong_server(24000, SPEC, "10.0.0.7"), fc.pingpong_client("10.0.0.7", 24000, SPEC)
     assert server.argv[:2] == ("sh", "-c") and _opt(server.argv, "-B") == "24000"
     assert client.argv[-1] == "10.0.0.7" and _opt(client.argv, "-P") == "24000" and "-d" not in client.argv
     assert client.timeout_s == SPEC.test_timeout_s and server.timeout_s > 2 * SPEC.test_timeout_s
@@ -120,8 +121,8 @@ def test_libfabric_versions_are_read_from_fi_info_version():
 
 
 def test_every_command_is_an_argument_list_of_strings():
-    cmds = [fc.gpu_inventory(), fc.efa_inventory(), fc.libfabric_version(), fc.loopback("d", 1, SPEC),
-            fc.pingpong_server(3, SPEC), fc.pingpong_client("h", 3, SPEC), fc.make_scratch("r"),
+    cmds = [fc.gpu_inventory(), fc.efa_inventory(), fc.libfabric_version(), fc.loopback("d", 1, SPEC, "10.0.0.7"),
+            fc.pingpong_server(3, SPEC, "10.0.0.7"), fc.pingpong_client("h", 3, SPEC), fc.make_scratch("r"),
             fc.single_node_all_reduce(SPEC, "j"), fc.across_nodes("sendrecv", ["a", "b"], SPEC, "j"),
             fc.fetch_and_remove("j"), fc.list_processes(), fc.kill_processes([5, 6])]
     for cmd in cmds:
@@ -131,15 +132,39 @@ def test_every_command_is_an_argument_list_of_strings():
 
 # --- the node-side scripts, run here with sh and stand-in programs ----------------------------------
 
-LISTEN = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); "
-          "s.listen(); print('served'); time.sleep(float(sys.argv[2]))")
+# A stand-in server: listens on argv[1] (the port) at argv[3] (default 127.0.0.1) for argv[2] s.
+LISTEN = ("import socket, sys, time; s = socket.socket(); "
+          "s.bind((sys.argv[3] if len(sys.argv) > 3 else '127.0.0.1', int(sys.argv[1]))); "
+          "s.listen(); print('served', flush=True); time.sleep(float(sys.argv[2]))")
 ECHO = "import sys; print('client argv:', sys.argv[1:])"
+NEVER = [sys.executable, "-c", "import time; time.sleep(30)"]
 
 
-def _loopback(server: list[str], client: list[str], port: int, wait_s: int = 5) -> subprocess.CompletedProcess:
-    argv = ["sh", "-c", fc.LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", str(wait_s), str(len(server)),
-            *server, *client]
+def _loopback(server: list[str], client: list[str], port: int, wait_s: int = 5,
+              node: str = "127.0.0.1") -> subprocess.CompletedProcess:
+    argv = ["sh", "-c", fc.LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", fc.listen_addresses(node), str(wait_s),
+            str(len(server)), *server, *client]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+def _serve(server: list[str], port: int, wait_s: int, node: str = "127.0.0.1") -> subprocess.CompletedProcess:
+    argv = ["sh", "-c", fc.SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", fc.listen_addresses(node), str(wait_s),
+            *server]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _another_node_listening(address: str, port: int):
+    """Another node's server on the same control port (sandbox nodes share one kernel, so its
+    socket is in the same /proc/net/tcp)."""
+    decoy = subprocess.Popen([sys.executable, "-c", LISTEN, str(port), "30", address], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert decoy.stdout.readline().strip() == "served"
+        yield
+    finally:
+        decoy.kill()
+        decoy.wait()
 
 
 def test_the_loopback_script_starts_the_client_once_the_server_listens_and_passes_words_literally(tmp_path):
@@ -161,8 +186,7 @@ def test_the_loopback_script_reports_a_server_that_exits_before_listening():
 
 
 def test_the_loopback_script_kills_a_server_that_never_listens_within_its_wait():
-    done = _loopback([sys.executable, "-c", "import time; time.sleep(30)"], [sys.executable, "-c", ECHO],
-                     _free_port(), wait_s=1)
+    done = _loopback(NEVER, [sys.executable, "-c", ECHO], _free_port(), wait_s=1)
     assert fc.NEVER_LISTENED in done.stdout and done.returncode == 137
 
 
@@ -177,11 +201,29 @@ def test_the_fetch_script_prints_then_removes_the_file_and_fails_when_it_is_miss
 
 def test_the_serve_script_announces_when_its_server_listens_and_gives_up_on_one_that_never_does():
     port = _free_port()
-    argv = ["sh", "-c", fc.SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", "5", sys.executable, "-c", LISTEN,
-            str(port), "2"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    done = _serve([sys.executable, "-c", LISTEN, str(port), "2"], port, 5)
     assert done.returncode == 0 and done.stderr.startswith(f"{fc.LISTENING_MARKER} {port:04X}")
-    stuck = ["sh", "-c", fc.SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", "1", sys.executable, "-c",
-             "import time; time.sleep(30)"]
-    done = subprocess.run(stuck, capture_output=True, text=True, timeout=30)
+    done = _serve(NEVER, port, 1)
     assert done.returncode == 137 and fc.NEVER_LISTENED in done.stderr
+
+
+def test_the_serve_script_does_not_take_another_nodes_listener_on_its_port_for_its_own():
+    port = _free_port()
+    with _another_node_listening("127.0.0.2", port):
+        done = _serve(NEVER, port, 1, node="127.0.0.3")
+        assert fc.LISTENING_MARKER not in done.stderr and fc.NEVER_LISTENED in done.stderr
+        ours = _serve([sys.executable, "-c", LISTEN, str(port), "1", "127.0.0.3"], port, 5, node="127.0.0.3")
+        assert ours.returncode == 0 and ours.stderr.startswith(f"{fc.LISTENING_MARKER} {port:04X}")
+
+
+def test_the_loopback_script_starts_no_client_on_another_nodes_listener():
+    port = _free_port()
+    with _another_node_listening("127.0.0.2", port):
+        done = _loopback(NEVER, [sys.executable, "-c", ECHO], port, wait_s=1, node="127.0.0.3")
+    assert "client argv" not in done.stdout and fc.NEVER_LISTENED in done.stdout
+
+
+def test_a_servers_own_addresses_are_the_wildcard_and_the_nodes_in_the_kernels_notation():
+    words = fc.listen_addresses("10.1.2.3").split("|")
+    assert words == ["00000000", "0" * 32, "0302010A", "0000000000000000FFFF00000302010A"]
+    assert "0100007F" in fc.listen_addresses("10.1.2.3", "127.0.0.1").split("|")

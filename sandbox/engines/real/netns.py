@@ -68,6 +68,14 @@ def stop_holder(pid: int) -> None:
 
 
 def _loopback_up(pid: int) -> bool:
+    """Whether ``pid`` is in a network namespace of its own whose loopback is up. Until `unshare`
+    has unshared, its /proc/PID/ns/net is still this machine's namespace, whose loopback is up
+    too: taken then (seen on a busy machine), the engines would run beside every other process."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            return False
+    except OSError:
+        return False
     out = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show", "lo"],
                          capture_output=True, text=True)
     return out.returncode == 0 and ",UP" in out.stdout

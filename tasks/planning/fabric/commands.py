@@ -11,6 +11,7 @@ watchdog, JSON output).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -43,14 +44,17 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 # Start a fi_pingpong server, say on stderr once its control port listens (read from the
 # kernel's socket table, so no probe connection is taken for the client), and give up after
-# $2 seconds (by the clock in /proc/uptime, not a loop count a busy node would stretch) if it
-# never does. $1: the port as /proc/net/tcp prints it (4 hex digits).
-SERVE_SCRIPT = r"""p=$1; w=$2; shift 2
+# $3 seconds (by the clock in /proc/uptime, not a loop count a busy node would stretch) if it
+# never does. $1: the port as /proc/net/tcp prints it (4 hex digits); $2: the local addresses
+# that count as this server's, as the table prints them (``listen_addresses``): a listener on
+# the same port bound to another address (another node's server, where nodes share a kernel, or
+# any other program's) is not ours, and taking it for ours starts the client too early.
+SERVE_SCRIPT = r"""p=$1; a=$2; w=$3; shift 3
 "$@" &
 c=$!
 read t _ </proc/uptime; end=$((${t%.*}${t#*.} + w * 100)); late=  # centiseconds
 while :; do
-  if grep -Eq "^ *[0-9]+: [0-9A-F]+:$p [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+  if grep -Eq "^ *[0-9]+: ($a):$p [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
     echo "pdlift-listening $p" >&2; break
   fi
   kill -0 $c 2>/dev/null || break
@@ -62,10 +66,11 @@ wait $c"""
 
 # One NIC's loopback in one SSH session (as the EFA installer's efa_test.sh): the server in the
 # background with its output aside, the client once the server listens, then both logs under
-# "Client Log:" / "Server Log:". $1 port (hex), $2 listen wait (s), $3 how many of the remaining
-# words are the server's argv; the rest is the client's. Words are referenced by index ("${4}"),
-# so eval never re-reads their content. Exit: the client's status, else the server's.
-LOOPBACK_SCRIPT = r"""p=$1; w=$2; n=$3; shift 3
+# "Client Log:" / "Server Log:". $1 port (hex), $2 the server's local addresses (as in
+# SERVE_SCRIPT), $3 listen wait (s), $4 how many of the remaining words are the server's argv;
+# the rest is the client's. Words are referenced by index ("${4}"), so eval never re-reads their
+# content. Exit: the client's status, else the server's.
+LOOPBACK_SCRIPT = r"""p=$1; a=$2; w=$3; n=$4; shift 4
 s=; c=; i=1
 while [ $i -le $n ]; do s="$s \"\${$i}\""; i=$((i + 1)); done
 while [ $i -le $# ]; do c="$c \"\${$i}\""; i=$((i + 1)); done
@@ -75,7 +80,7 @@ eval "$s >\"\$t\" 2>&1 &"
 sp=$!
 read u _ </proc/uptime; end=$((${u%.*}${u#*.} + w * 100)); up=; late=  # centiseconds
 while :; do
-  if grep -Eq "^ *[0-9]+: [0-9A-F]+:$p [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+  if grep -Eq "^ *[0-9]+: ($a):$p [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
     up=1; break
   fi
   kill -0 $sp 2>/dev/null || break
@@ -141,6 +146,20 @@ def parse_versions(text: str) -> dict[str, str]:
 
 # --- layer 2 and the pairwise fi_pingpong --------------------------------------------------------
 
+def listen_addresses(*addresses: str) -> str:
+    """The local addresses of a listening socket that count as a server's own, as /proc/net/tcp
+    and tcp6 print them, joined for the scripts' ``grep -E``: the wildcard (the real fi_pingpong
+    binds its control socket to INADDR_ANY, util/pingpong.c) and each of ``addresses`` (the
+    node's own, where something binds it there), in IPv4 and in IPv6's v4-mapped form. The kernel
+    prints each 32-bit word of an address in host order: 127.0.0.1 is 0100007F on x86 and ARM."""
+    words = ["00000000", "0" * 32]
+    for address in addresses:
+        packed = ipaddress.IPv4Address(address).packed
+        word = packed[::-1].hex().upper()
+        words += [word, "0000000000000000FFFF0000" + word]
+    return "|".join(dict.fromkeys(words))
+
+
 def port_at(base: int, n: int) -> int:
     """The n-th control port of a run that starts at ``base`` (wrapping inside the range)."""
     return PORT_LOW + (base - PORT_LOW + n) % PORT_SPAN
@@ -161,10 +180,12 @@ def _pingpong(device: str | None, *ports: str, size: str | None = None) -> list[
     return argv + [*ports, "-I", str(PINGPONG_ITERATIONS)] + (["-S", size] if size else [])
 
 
-def pingpong_server(port: int, spec: FabricSpec) -> Command:
-    """A pair's server, wrapped so it announces when it listens (then the peer's client starts)."""
+def pingpong_server(port: int, spec: FabricSpec, address: str) -> Command:
+    """A pair's server on the node at ``address`` (the address its peer's client connects to),
+    wrapped so it announces when it listens there (then the peer's client starts)."""
     wait = spec.test_timeout_s
-    argv = ("sh", "-c", SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", str(wait), *_pingpong(None, "-B", str(port)))
+    argv = ("sh", "-c", SERVE_SCRIPT, "pdlift-serve", f"{port:04X}", listen_addresses(address), str(wait),
+            *_pingpong(None, "-B", str(port)))
     # Waiting to listen, then serving one client run: at most twice the test timeout.
     return Command(argv, _pingpong_env(None), 2 * spec.test_timeout_s + NCCL_GRACE_S)
 
@@ -173,8 +194,9 @@ def pingpong_client(server: str, port: int, spec: FabricSpec) -> Command:
     return Command((*_pingpong(None, "-P", str(port)), server), _pingpong_env(None), spec.test_timeout_s)
 
 
-def loopback(device: str, port: int, spec: FabricSpec) -> Command:
-    """Server and client on one node in one session, both pinned to ``device`` (FI_EFA_IFACE and -d).
+def loopback(device: str, port: int, spec: FabricSpec, address: str) -> Command:
+    """Server and client on one node (at ``address``) in one session, both pinned to ``device``
+    (FI_EFA_IFACE and -d).
 
     Each NIC's server listens on its own control port (-B), the client connects to it (-P) from
     a port the kernel picks: a fixed client port could meet one already in use.
@@ -182,14 +204,14 @@ def loopback(device: str, port: int, spec: FabricSpec) -> Command:
     server = _pingpong(device, "-B", str(port), size=LOOPBACK_SIZE)
     client = [*_pingpong(device, "-P", str(port), size=LOOPBACK_SIZE), "localhost"]
     wait = spec.test_timeout_s
-    argv = ("sh", "-c", LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", str(wait), str(len(server)),
-            *server, *client)
+    argv = ("sh", "-c", LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", listen_addresses(address, "127.0.0.1"),
+            str(wait), str(len(server)), *server, *client)
     return Command(argv, _pingpong_env(device), wait + spec.test_timeout_s + NCCL_GRACE_S)
 
 
-def negative_control(port: int, spec: FabricSpec) -> Command:
+def negative_control(port: int, spec: FabricSpec, address: str) -> Command:
     """The same loopback pinned to a device that does not exist: it must fail, or pinning is void."""
-    return loopback(ABSENT_DEVICE, port, spec)
+    return loopback(ABSENT_DEVICE, port, spec, address)
 
 
 # --- layers 3-5: nccl-tests ----------------------------------------------------------------------

@@ -26,7 +26,9 @@ def admin(endpoint: Any, method: str, path: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(endpoint.url + path, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    # 60 s: the endpoint shares a worker at the lowest priority of scripts/test, where a reset of
+    # moto's state once waited more than 10 s for the CPU
+    with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read() or b"null")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import os
 import pwd
-import random
 import shutil
 import socket
 
@@ -16,6 +15,7 @@ import pytest
 
 from sandbox.aws import start_in_thread
 from tests.fixtures.strict import import_or_missing, missing
+from tests.fixtures import loopback
 from tests.sandbox.aws.helpers import NO_RETRIES, admin
 from tests.sandbox.aws.process import free_port
 
@@ -37,7 +37,7 @@ def pinned_keys(console: str) -> list[paramiko.PKey]:
 
 def test_paramiko_connects_to_a_launched_node_with_the_host_key_from_its_console(tmp_path):
     ssh_port = free_port()
-    nodes = manager.NodeManager(tmp_path, f"127.0.{random.randint(100, 249)}.11", ssh_port)
+    nodes = manager.NodeManager(tmp_path, loopback.node_base(), ssh_port)
     with start_in_thread(tmp_path, node_manager=nodes) as aws:
         admin(aws, "POST", "/__sandbox/reset")
         ec2 = boto3.client("ec2", endpoint_url=aws.url, region_name="us-east-2",

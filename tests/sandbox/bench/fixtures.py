@@ -186,7 +186,9 @@ def blue_baseline(colour_stacks, tmp_path_factory) -> Path:
     from tasks.stages.promote import record_baseline
 
     bp, state = colour_stacks.blueprint, tmp_path_factory.mktemp("baseline-state")
-    url = next(e.url for e in colour_stacks.routing.endpoints(bp.name, router_name("blue")) if e.ready)
+    # blue's router may still be coming up (a test before this one redeployed it)
+    url = wait_for(lambda: next((e.url for e in colour_stacks.routing.endpoints(bp.name, router_name("blue"))
+                                 if e.ready), None), timeout=120, what="a ready endpoint of blue's router")
     for _ in range(3):  # a client saturated by a burst of other work on this machine measures again
         run = bench.run_benchmark(bp, url, bench.bench_dir(state, bp.name, "blue-run"), "blue-run", run_load)
         if not any(s.client_saturated for s in bench.read_results(run.results_path)):

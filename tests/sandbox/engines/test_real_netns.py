@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -79,3 +80,9 @@ def test_the_namespace_has_only_its_loopback(namespace):
     links = subprocess.run(netns.command_inside(namespace, ["ip", "-o", "link"]), capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert len(links) == 1 and ": lo:" in links[0] and ",UP" in links[0]
+
+
+def test_a_process_still_in_this_machines_namespace_is_not_taken_for_the_engines_one():
+    """`unshare --net` is a process before it has unshared: its namespace is then this machine's,
+    whose loopback is up as well. The holder must not be handed out in that moment."""
+    assert netns._loopback_up(os.getpid()) is False

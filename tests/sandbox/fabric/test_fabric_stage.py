@@ -149,8 +149,8 @@ def test_shell_metacharacters_in_a_host_or_device_name_reach_the_tool_as_one_lit
         runner.prepare([ssh_target(node)])
         nccl = runner.nccl(ssh_target(node), "all_reduce", "inject-nccl",
                            lambda path: fc.across_nodes("all_reduce", [node.address, hostile], spec, path))
-        loop = runner.loopback(ssh_target(node), fc.loopback(hostile, 23451, spec), "inject-loopback")
-        ping = runner.pingpong(ssh_target(node), ssh_target(node), (fc.pingpong_server(23453, spec),
+        loop = runner.loopback(ssh_target(node), fc.loopback(hostile, 23451, spec, node.address), "inject-loopback")
+        ping = runner.pingpong(ssh_target(node), ssh_target(node), (fc.pingpong_server(23453, spec, node.address),
                                                          fc.pingpong_client(hostile, 23453, spec)),
                                "inject-pingpong", 5, 23453)
     assert not witness.exists()

@@ -63,3 +63,28 @@ def test_reserve_launch_teardown_flows_leave_nothing_and_publish_the_cost_ledger
     final = [a.data for a in asyncio.run(ledger_artifact())]  # newest first: teardown's
     assert final and "| instance |" in final[0], "teardown published no final cost ledger"
     assert "| capacity-reservation |" in final[0] and "Still billing: $0.00/h" in final[0]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_reserve_stage_asks_again_after_the_blueprints_delays_when_no_az_has_capacity(aws_env, tmp_path):
+    import yaml
+
+    from flows.reserve import reserve_flow
+
+    def blueprint(delays) -> str:
+        doc = yaml.safe_load(Path(BLUEPRINT).read_text())
+        doc["aws"]["capacity"]["retry_delays_s"] = delays
+        path = tmp_path / f"retry-{len(delays)}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return str(path)
+
+    # Both AZs short once (two CreateCapacityReservation calls): the second attempt, a second later, gets it.
+    aws_env.admin.inject(action="CreateCapacityReservation", code="InsufficientInstanceCapacity", times=2)
+    reserved = reserve_flow(blueprint([1]), "retry1")
+    assert reserved.reservation_id.startswith("cr-")
+    # With no retry configured, the same shortfall fails the stage, and nothing is reserved.
+    aws_env.admin.inject(action="CreateCapacityReservation", code="InsufficientInstanceCapacity", times=2)
+    state = reserve_flow(blueprint([]), "retry0", return_state=True)
+    assert state.is_failed()
+    assert "InsufficientInstanceCapacity" in str(state.message) or "capacity" in str(state.message).lower()
+    assert [e for e in LedgerStore().load("sandbox-2p2d", "retry0").live() if e.kind == "capacity-reservation"] == []

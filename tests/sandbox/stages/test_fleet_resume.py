@@ -2,6 +2,8 @@
 (say someone deleted the production Service meanwhile): the next run releases neither fleet and
 says so; a teardown of the first run releases the fleet that replaced it too."""
 
+from pathlib import Path
+
 import pytest
 
 from tasks.adapters.ledger_store import LedgerStore
@@ -22,6 +24,8 @@ def test_a_cut_off_fleet_update_with_production_on_neither_colour_keeps_both_fle
     from flows.teardown import teardown_flow
 
     sandbox_stack.require("kube")
+    # the premise; an earlier test of this session may have promoted one
+    _delete_the_production_service(Path(sandbox_stack.sandbox.env({"kube"})["KUBECONFIG"]))
     first = reserve_flow(BLUEPRINT, "old")
     launch_flow(BLUEPRINT, "old")
     second = reserve_flow(BLUEPRINT, "old-f1")  # the second fleet's reservation
@@ -42,3 +46,18 @@ def test_a_cut_off_fleet_update_with_production_on_neither_colour_keeps_both_fle
         assert tagged(aws_env, "sandbox-2p2d") == {}
     finally:
         teardown_flow(BLUEPRINT, None)
+
+
+def _delete_the_production_service(kubeconfig: Path) -> None:
+    """Through the stand-in's kubeconfig, which a launch writes: none yet, nothing was promoted."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    if not kubeconfig.exists():
+        return
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    try:
+        core.delete_namespaced_service("sandbox-2p2d", "sandbox-2p2d")
+    except ApiException as e:
+        if e.status != 404:
+            raise

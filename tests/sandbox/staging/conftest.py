@@ -4,13 +4,13 @@ misbehaving S3 proxy in front of the sandbox S3, and its environment for the orc
 
 from __future__ import annotations
 
-import random
 import shutil
 
 import pytest
 
 from tests.fixtures.strict import missing
 from tests.sandbox.staging.s3proxy import S3Proxy
+from tests.fixtures import loopback
 from tests.sandbox.staging.sshd import free_port
 from tests.sandbox.staging.support import NODES, SMALL_NODE, Nodes
 
@@ -31,7 +31,7 @@ def staging_nodes(tmp_path_factory):
     faults.fault_file(state).parent.mkdir(parents=True, exist_ok=True)
     faults.fault_file(state).write_text(f'{{"{SMALL_NODE}": {{"nvme_size_mb": 16}}}}')
     port = free_port()
-    manager = NodeManager(state, address_base=f"127.0.{random.randint(100, 249)}.41", ssh_port=port,
+    manager = NodeManager(state, address_base=loopback.node_base(41), ssh_port=port,
                           watch_faults=False)
     try:
         booted = [manager.boot(i) for i in NODES + [SMALL_NODE]]

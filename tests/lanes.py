@@ -1,0 +1,99 @@
+"""Which lane of `scripts/test` runs a test, and in which order.
+
+The suite runs in two lanes at once (scripts/test):
+
+- measured: every test whose verdict rests on a figure measured on this machine, one after
+  another at normal priority. Two kinds, marked apart so the reason stays visible:
+  ``exact`` (EXACT_MODULES, and any test marked ``@timing``: tests/timing.py): a figure against a
+  tight bound: the gate deciding at 5-10 % margins, the load generator within 3 % of the latency
+  model, a wall-clock limit; ``measured`` (MEASURED_MODULES): end-to-end runs with a benchmark and
+  a gate in them, gated with wide margins (tests/fixtures/blueprints.py), whose load generator
+  still calls a point INCONCLUSIVE when a busy machine makes its own event loop lag.
+- other: every other test, on pytest-xdist workers at nice 19, which get only the CPU the
+  measured lane leaves.
+
+Measured on 2 cores, the measured lane split over workers (2 or 3, at equal or at stepped
+priorities, with the exact tests apart at nice -10) finished sooner but never green: the load
+generator's event loop lagged 8.8 ms on average and its points went INCONCLUSIVE (the sequential
+benchmark, the notifications', recreate's and rolling's gates), and the lowest lane, starved,
+ran past its tests' timeouts. The suite needs about 2,200 CPU-seconds: on 2 cores more workers
+only reorder the waiting; what is left to gain is in the work itself.
+
+A module's tests stay in one worker (its module fixtures are set up once) where a lane runs
+``--dist loadgroup``, and modules that share a costly session stack form one unit
+(SHARED_GROUPS; the scheduler is tests/conftest.py's); the other lane balances test by test.
+Long modules come first (LONG_FIRST), so no worker starts a long module when the others are
+nearly done.
+"""
+
+from __future__ import annotations
+
+EXACT_MODULES = (
+    "tests/flows/test_benchmark_gate.py",
+    "tests/flows/test_gate_resume.py",
+    "tests/flows/test_recreate.py",
+    "tests/flows/test_rolling.py",
+    "tests/sandbox/bench/",
+)
+MEASURED_MODULES = (
+    "tests/e2e/test_canary_secret.py",
+    "tests/e2e/test_chaos_slice.py",
+    "tests/e2e/test_demo.py",
+    "tests/e2e/test_notifications.py",
+    "tests/e2e/test_two_workers_takeover.py",
+    "tests/sandbox/stages/test_fleet_resume.py",
+    # the takeover's PostgreSQL cluster and its Prefect server (SHARED_GROUPS)
+    "tests/e2e/test_postgres_server.py",
+)
+# Modules that use one session stack: one worker sets it up for all of them.
+SHARED_GROUPS = {
+    "prefect-deployed": ("tests/e2e/test_browser.py", "tests/e2e/test_prefect_deployments.py"),
+    "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py"),
+}
+# The longest modules of each lane (their times in .pdlift/test-times.md), longest first.
+LONG_FIRST = (
+    "tests/e2e/test_two_workers_takeover.py",
+    "tests/e2e/test_postgres_server.py",
+    "tests/e2e/test_chaos_slice.py",
+    "tests/e2e/test_demo.py",
+    "tests/e2e/test_canary_secret.py",
+    "tests/flows/test_recreate.py",
+    "tests/flows/test_rolling.py",
+    "tests/e2e/test_browser.py",
+    "tests/e2e/test_prefect_deployments.py",
+    "tests/sandbox/fabric/test_fabric_replace.py",
+    "tests/sandbox/fabric/test_fabric_stage.py",
+    "tests/e2e/test_parameter_fuzz.py",
+    "tests/sandbox/deploy/test_failures.py",
+    "tests/sandbox/staging/test_stage_flow.py",
+    "tests/sandbox/deploy/test_bring_up.py",
+    "tests/sandbox/deploy/test_canary_combinations.py",
+    "tests/sandbox/stages/test_launch.py",
+    "tests/adapters/test_prefect_results.py",
+    "tests/sandbox/test_s3_and_model.py",
+    "tests/unit/bench/test_gate_simulation.py",
+)
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def is_exact(nodeid: str) -> bool:
+    return nodeid.startswith(EXACT_MODULES)
+
+
+def is_measured(nodeid: str) -> bool:
+    return nodeid.startswith(MEASURED_MODULES)
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist unit of a test: its shared stack's name, else its module."""
+    module = module_of(nodeid)
+    return next((name for name, modules in SHARED_GROUPS.items() if module in modules), module)
+
+
+def order_key(nodeid: str) -> int:
+    """Long modules first, in LONG_FIRST's order; every other module after them, in place."""
+    module = module_of(nodeid)
+    return LONG_FIRST.index(module) if module in LONG_FIRST else len(LONG_FIRST)
