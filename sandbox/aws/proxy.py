@@ -40,7 +40,10 @@ class Moto:
     def reset(self) -> None:
         """Forget every resource moto holds (its ``/moto-api/reset``)."""
         req = urllib.request.Request(self.url + "/moto-api/reset", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        # 60 s, as forward's: on a test worker at the lowest priority of scripts/test a reset once
+        # waited more than 10 s for the CPU, and the front (werkzeug) answers a timeout here by
+        # dropping its own client's connection without a response.
+        with urllib.request.urlopen(req, timeout=60) as resp:
             resp.read()
 
     def forward(self, method: str, target: str, headers: dict[str, str],

@@ -49,8 +49,9 @@ def start_aws_process(state_dir: Path, port: int, extra: list[str] | None = None
     raise RuntimeError(f"sandbox AWS endpoint did not answer on {url}:\n{tail}")
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
-    """SIGTERM, then SIGKILL if it will not stop; returns the exit code."""
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    """SIGTERM, then SIGKILL if it will not stop; returns the exit code. 60 s: on a worker at the
+    lowest priority of scripts/test, a service once took more than 15 s to stop (exit -9)."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGTERM)
         try:

@@ -83,3 +83,25 @@ def test_a_slow_link_shows_in_the_pingpong_timings(cluster):
 def test_a_client_never_connects_outside_loopback(cluster):
     code, _, err = run(cluster.ssh("i-0aaaa"), "timeout 10 fi_pingpong -e rdm -p efa -I 5 10.1.2.3")
     assert code not in (0, 124) and "Connection refused" in err
+
+
+def test_the_fi_pingpong_shim_hides_the_kernel_symbol_table_and_nothing_else(tmp_path):
+    """libfabric 1.17 reads all of /proc/kallsyms on every fi_getinfo (its dma-buf probe); the
+    shim the sandbox preloads into fi_pingpong makes that one fopen fail (sandbox/nodes/bindshim.c)."""
+    import subprocess
+    import sys
+
+    from sandbox.nodes.records import build_shim
+
+    shim = build_shim(tmp_path)
+    if shim is None:
+        pytest.skip("no C compiler")
+    probe = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True); libc.fopen.restype = ctypes.c_void_p; "
+             "print(libc.fopen(b'/proc/kallsyms', b'r') is None, ctypes.get_errno(), "
+             "libc.fopen(b'/proc/version', b'r') is not None)")
+    out = subprocess.run([sys.executable, "-c", probe], env={"LD_PRELOAD": str(shim)}, capture_output=True,
+                         text=True, timeout=30, check=True)
+    assert out.stdout.split() == ["True", "2", "True"]  # ENOENT for the symbol table, other files open
+    plain = subprocess.run([sys.executable, "-c", probe], env={}, capture_output=True, text=True, timeout=30,
+                           check=True)
+    assert plain.stdout.split()[0] == "False"  # without the shim the table opens (the probe can tell)
