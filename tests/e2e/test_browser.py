@@ -28,6 +28,7 @@ def test_the_migrate_form_in_the_ui_starts_a_run_that_completes_with_its_artifac
                           str(screenshot)], cwd=HERE, capture_output=True, text=True, timeout=420)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     flow_run_id = json.loads(out.stdout.strip().splitlines()[-1])["flow_run_id"]
+    print(out.stderr)  # when each step was done (seconds from the browser's start)
 
     _, run = prefect_deployed.server.http("GET", f"/flow_runs/{flow_run_id}")
     assert run["name"] == run_name and run["state_type"] == "COMPLETED"

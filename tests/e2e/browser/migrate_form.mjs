@@ -5,12 +5,15 @@
 import { launch } from './launch.mjs';
 
 const [ui, deploymentId, runName, screenshot] = process.argv.slice(2);
+const t0 = Date.now();
+const mark = (what) => console.error(`${((Date.now() - t0) / 1000).toFixed(1)} s: ${what}`);
 const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1600 } });
   page.setDefaultTimeout(60_000);
   await page.goto(`${ui}/deployments/deployment/${deploymentId}/run`, { waitUntil: 'networkidle' });
 
+  mark('form loaded');
   const name = page.locator('input[type=text]').first();
   await name.fill(runName);
   // The `params` model renders as a nested form: the first switch is "Dry Run".
@@ -20,6 +23,7 @@ try {
   if (!(await dryRun.isChecked())) throw new Error('could not switch Dry Run on');
   await page.getByRole('button', { name: 'Submit' }).click();
 
+  mark('submitted');
   // The UI goes back to the deployment page; find the run the form created by its name (the
   // page's run list refreshes on its own schedule) and open it.
   let runId = null;
@@ -30,7 +34,9 @@ try {
     if (runs.length) runId = runs[0].id;
   }
   if (!runId) throw new Error(`no flow run named ${runName} was created by the form`);
+  mark('run found');
   await page.goto(`${ui}/runs/flow-run/${runId}`, { waitUntil: 'networkidle' });
+  mark('run page loaded');
   const deadline = Date.now() + 240_000;
   for (;;) {
     if (await page.getByText('Completed', { exact: true }).first().isVisible().catch(() => false)) break;
@@ -39,10 +45,14 @@ try {
     await page.waitForTimeout(2000);
     await page.reload({ waitUntil: 'networkidle' });
   }
-  await page.getByRole('tab', { name: /Artifacts/ }).click().catch(async () => page.getByText('Artifacts').first().click());
+  mark('completed');
+  // The Artifacts tab, by its role where the UI gives it one, else by its text: whichever is there
+  // first (trying the role alone waited out the 60 s timeout on a UI without it, every run).
+  await page.getByRole('tab', { name: /Artifacts/ }).or(page.getByText('Artifacts', { exact: true })).first().click();
   await page.getByText('plan-sandbox-2p2d').first().waitFor();
   await page.waitForTimeout(500);
   await page.screenshot({ path: screenshot, fullPage: true });
+  mark('screenshot');
   console.log(JSON.stringify({ flow_run_id: runId }));
 } finally {
   await browser.close();
