@@ -223,6 +223,18 @@ def test_the_loopback_script_starts_no_client_on_another_nodes_listener():
     assert "client argv" not in done.stdout and fc.NEVER_LISTENED in done.stdout
 
 
+def test_the_loopback_starts_no_client_on_another_programs_listener_on_127_0_0_1():
+    """The client names "localhost", but the server listens on the node's address: a listener on
+    127.0.0.1 and the same port is someone else's (it released the client early, then refused)."""
+    port = _free_port()
+    listen = fc.loopback("rdmap79s0", port, SPEC, "127.0.0.3").argv[5]
+    argv = ["sh", "-c", fc.LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", listen, "1",
+            str(len(NEVER)), *NEVER, sys.executable, "-c", ECHO]
+    with _another_node_listening("127.0.0.1", port):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert "client argv" not in done.stdout and fc.NEVER_LISTENED in done.stdout
+
+
 def test_a_servers_own_addresses_are_the_wildcard_and_the_nodes_in_the_kernels_notation():
     words = fc.listen_addresses("10.1.2.3").split("|")
     assert words == ["00000000", "0" * 32, "0302010A", "0000000000000000FFFF00000302010A"]

@@ -204,7 +204,10 @@ def loopback(device: str, port: int, spec: FabricSpec, address: str) -> Command:
     server = _pingpong(device, "-B", str(port), size=LOOPBACK_SIZE)
     client = [*_pingpong(device, "-P", str(port), size=LOOPBACK_SIZE), "localhost"]
     wait = spec.test_timeout_s
-    argv = ("sh", "-c", LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", listen_addresses(address, "127.0.0.1"),
+    # The server's own listener is on the node's address (or the wildcard), never 127.0.0.1 though
+    # the client names "localhost": a listener there is another program's, and taking it for ours
+    # started the client before our server listened ("Connection refused", a node replaced).
+    argv = ("sh", "-c", LOOPBACK_SCRIPT, "pdlift-loopback", f"{port:04X}", listen_addresses(address),
             str(wait), str(len(server)), *server, *client)
     return Command(argv, _pingpong_env(device), wait + spec.test_timeout_s + NCCL_GRACE_S)
 
