@@ -15,6 +15,11 @@ import socket
 from pathlib import Path
 
 LOWEST = 10000
+# The fabric stage's fi_pingpong control ports (tasks/planning/fabric/commands.py PORT_LOW and
+# PORT_SPAN): fixed by design, so a node's leftover listener is found by its port. A sandbox server
+# given one of them can lose it to a loopback (a chaos trial's Prefect server found its port in use
+# while another test validated a fabric), and a loopback can take the server's for its own.
+FABRIC_PORTS = range(20000, 32000)
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
 # Independent of the `random` module's global seed, which seeded tests and benchmarks set.
@@ -59,6 +64,10 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
     for _ in range(tries):
         port = _PICK.randint(LOWEST, high)
         wanted = [port + i for i in range(span)] + [port + o for o in offsets]
+        # The run itself only: an offset of 10000 (SeaweedFS's gRPC ports) below the ephemeral range
+        # cannot keep out of 20000-31999 too.
+        if any(p in FABRIC_PORTS for p in wanted[:span]):
+            continue
         if all(bindable(p, h) for h in (host, *also) for p in wanted):
             return port
     raise NoFreePort(f"no free port run (span {span}, offsets {offsets}) on {host} {' '.join(also)} "

@@ -35,6 +35,7 @@ def test_every_port_chosen_is_below_the_ephemeral_range_with_its_run_and_offset_
     for _ in range(30):
         port = ports.free_port(span=3, offsets=(10000,))
         assert ports.LOWEST <= port and port + 10000 < low
+        assert not {port, port + 1, port + 2} & set(ports.FABRIC_PORTS)
         assert all(ports.bindable(p) for p in (port, port + 1, port + 2, port + 10000))
 
 
@@ -66,3 +67,14 @@ def test_no_room_below_the_range_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(ports, "ephemeral_low", lambda: ports.LOWEST + 5)
     with pytest.raises(ports.NoFreePort, match="no room below it"):
         ports.free_port(span=10)
+
+
+def test_the_fabric_stages_control_ports_are_never_chosen(monkeypatch):
+    """A sandbox server and a fabric loopback must not want the same port (tasks/planning/fabric)."""
+    from tasks.planning.fabric import commands
+
+    assert ports.FABRIC_PORTS == range(commands.PORT_LOW, commands.PORT_LOW + commands.PORT_SPAN)
+    free = ports.free_port(span=2)
+    # 25000 inside; 19999's run of 2 reaches 20000, the first; 31998's reaches 31999, the last.
+    monkeypatch.setattr(ports, "_PICK", _Sequence(25000, 19999, 31998, free))
+    assert ports.free_port(span=2) == free
