@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 import httpx
@@ -53,6 +54,44 @@ def _status(bp: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=120)
 
 
+APPROVAL = re.compile(r"waiting for your approval \(INCONCLUSIVE gate\): approve or reject at \S+/runs/flow-run/(\S+)")
+
+
+def _demo(args: list[str], env: dict[str, str], port: int, state: Path) -> tuple[int, str, str, bool]:
+    """(exit code, stdout, stderr, whether a gate was approved) of `scripts/demo ARGS`, run as a new
+    operator would: should the demo say its gate waits for a person (its short benchmark
+    INCONCLUSIVE on a busy machine: this test runs beside others), approve it in the UI's stead,
+    as that person would. Fails with what it printed and its log's last lines past 1200 s."""
+    proc = subprocess.Popen([str(REPO / "scripts" / "demo"), *args], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    printed: list[str] = []
+    errors: list[str] = []
+    answers: list[dict] = []
+
+    def read_out() -> None:
+        for line in proc.stdout:
+            printed.append(line)
+            if (asked := APPROVAL.search(line)) and not answers:
+                answers.append(httpx.post(
+                    f"http://127.0.0.1:{port}/api/flow_runs/{asked.group(1)}/resume",
+                    json={"run_input": {"approve": True, "note": "approved by the demo's test"}}, timeout=60).json())
+
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=1200)
+    except subprocess.TimeoutExpired:  # what it printed and its log's last lines, to see where it was
+        proc.kill()
+        log_tail = "\n".join((state / "demo" / "demo.log").read_text(errors="replace").splitlines()[-80:])
+        pytest.fail(f"the demo ran past 1200 s\n--- printed ---\n{''.join(printed)}\n--- demo.log ---\n{log_tail}")
+    for reader in readers:
+        reader.join(timeout=60)
+    assert all(answer["status"] == "ACCEPT" for answer in answers), answers
+    return proc.returncode, "".join(printed), "".join(errors), bool(answers)
+
+
 def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_path):
     state = tmp_path / "state"
     bp, _, _ = _blueprint(tmp_path)
@@ -75,16 +114,9 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
         assert "nothing running: no fleet billing, no live colour, no run in flight, nothing tagged" in empty.stdout
         assert json.loads(_status(bp, status_env, "--json").stdout)["empty"] is True
 
-        try:
-            # The demo's own limit on the run (about 3 min here) comes first: it then prints the run's errors.
-            demo = subprocess.run([str(REPO / "scripts" / "demo"), "--blueprint", str(bp), "--timeout", "600"],
-                                  env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-        except subprocess.TimeoutExpired as exc:  # what it printed and its log's last lines, to see where it was
-            printed = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
-            log_tail = "\n".join((state / "demo" / "demo.log").read_text(errors="replace").splitlines()[-80:])
-            pytest.fail(f"the demo ran past 1200 s\n--- printed ---\n{printed}\n--- demo.log ---\n{log_tail}")
-        out = demo.stdout
-        assert demo.returncode == 0, out[-3000:] + demo.stderr[-3000:]
+        # The demo's own limit on the run (about 3 min here) comes first: it then prints the run's errors.
+        returncode, out, err, approved = _demo(["--blueprint", str(bp), "--timeout", "600"], env, port, state)
+        assert returncode == 0, out[-3000:] + err[-3000:]
         before = out.split("== migrate finished")[0].rstrip("\n").splitlines()
         assert len(before) <= MAX_LINES_BEFORE_SUMMARY, out
         log = state / "demo" / "demo.log"
@@ -106,12 +138,16 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
         assert len(fleet["nodes"]) == 4 and fleet["reservation_state"] == "active" and fleet["zone"]
         assert shown["live_colour"] in ("blue", "green") and shown["images"]
         assert all("@sha256:" in image_id for _, image_id in shown["images"])  # what the kubelet pulled
-        assert shown["gate"]["outcome"] == "PASS" and shown["promoted_by_run"] == fleet["run_id"]
+        # PASS, or INCONCLUSIVE where the test approved it (then the demo said where to approve, once)
+        assert shown["gate"]["outcome"] == ("INCONCLUSIVE" if approved else "PASS"), (approved, shown["gate"])
+        assert out.count("waiting for your approval (INCONCLUSIVE gate)") == (1 if approved else 0), out
+        assert shown["promoted_by_run"] == fleet["run_id"]
         assert shown["usd_per_hour"] > 0 and shown["in_flight"] == [] and shown["untracked"] == []
         assert any(r.startswith("capacity-reservation ") for r in shown["releases"])
         assert shown["teardown"] == f"pdlift teardown {bp}"
         screen = _status(bp, status_env).stdout
-        assert f"fleet of run {fleet['run_id']}: 4 node(s)" in screen and "last gate: PASS" in screen
+        assert f"fleet of run {fleet['run_id']}: 4 node(s)" in screen
+        assert f"last gate: {shown['gate']['outcome']} (run {fleet['run_id']}" in screen, screen
     finally:
         subprocess.run([str(REPO / "scripts" / "demo"), "--down"], env=env, cwd=REPO, capture_output=True,
                        timeout=300)
