@@ -65,16 +65,18 @@ class Runtime:
         if now - self._last_nodes >= self.app.settings.join_poll_seconds:
             self._last_nodes = now
             self._step(self.nodes.sync)
-        pods = store.list(PODS)
+        # Every pass reads the stored objects themselves (Store.view: no copies) and writes
+        # through the API (create, mutate, write_status), which takes a fresh copy to change.
+        pods = store.view(PODS)
         self._step(self.workloads.sync, pods)
         self._step(self.lws.sync, pods)
         self._step(self.scheduler.sync)
-        nodes = {n["metadata"]["name"]: n for n in store.list(NODES)}
-        pods = store.list(PODS)
-        self.kubelet.hosts = dns.hosts_table(pods, store.list(SERVICES), nodes)
+        nodes = {n["metadata"]["name"]: n for n in store.view(NODES)}
+        pods = store.view(PODS)
+        self.kubelet.hosts = dns.hosts_table(pods, store.view(SERVICES), nodes)
         self._step(self.hosts_file.write, self.kubelet.hosts)
         self._step(self.kubelet.sync, pods, nodes)
-        self._step(self.workloads.sync_endpoints, store.list(PODS))
+        self._step(self.workloads.sync_endpoints, store.view(PODS))
         if now - self._last_gc >= 1.0:
             self._last_gc = now
             self._step(self.workloads.collect_garbage)

@@ -171,8 +171,9 @@ class Scheduler:
 
     def sync(self) -> None:
         api = self.app.api
-        nodes = {n["metadata"]["name"]: n for n in api.store.list(NODES)}
-        pods = api.store.list(PODS)
+        # read only (Store.view): a binding or a condition is written to a fresh copy (_bind, _unschedulable)
+        nodes = {n["metadata"]["name"]: n for n in api.store.view(NODES)}
+        pods = api.store.view(PODS)
         usage: dict[str, Counter] = {name: Counter() for name in nodes}
         placed: list[tuple[dict, dict]] = []
         pending = []

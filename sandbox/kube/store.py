@@ -74,6 +74,18 @@ class Store:
             keys = sorted(k for k in items if ns is None or k[0] == ns)
             return [clone(items[k]) for k in keys]
 
+    def view(self, rt, ns: str | None = None) -> list[dict]:
+        """``list`` without the copies, for the control loop (runtime.py), whose passes read and
+        write only through the API (create, mutate, write_status: each changes a fresh copy).
+        Copying every pod three times a tick (five ticks a second) and every object of every kind
+        once a second was most of this process's CPU: py-spy, 40 of 63 samples in ``clone``; 7.5%
+        of a core with 24 pods and 6 services, 0.8% with views. Safe because a stored object is
+        never changed in place (create and update store a copy, delete drops it): a view stays
+        what it was. The caller must not change what it gets."""
+        with self.lock:
+            items = self._objects.get(rt.key, {})
+            return [items[k] for k in sorted(k for k in items if ns is None or k[0] == ns)]
+
     def _log_event(self, etype: str, rt, obj: dict, old: dict | None) -> None:
         self._log.append(WatchEvent(self._rv, etype, rt.key, clone(obj), old))
         while len(self._log) > self._log_size:
@@ -109,11 +121,12 @@ class Store:
 
     def delete(self, rt, ns: str, name: str) -> dict | None:
         with self.lock:
-            obj = self._objects.get(rt.key, {}).pop((ns or "", name), None)
-            if obj is None:
+            gone = self._objects.get(rt.key, {}).pop((ns or "", name), None)
+            if gone is None:
                 return None
             self._rv += 1
-            obj["metadata"]["resourceVersion"] = str(self._rv)
+            # a copy at the deletion's version: a stored object is never changed in place (view)
+            obj = {**gone, "metadata": {**gone["metadata"], "resourceVersion": str(self._rv)}}
             self._log_event("DELETED", rt, obj, obj)
             return clone(obj)
 

@@ -203,10 +203,10 @@ class Workloads:
 
     def sync_endpoints(self, pods: list[dict]) -> None:
         store = self.app.api.store
-        services = store.list(SERVICES)
+        services = store.view(SERVICES)  # read only (Store.view)
         live = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services
                 if (s.get("spec") or {}).get("selector")}
-        for ep in store.list(ENDPOINTS):
+        for ep in store.view(ENDPOINTS):
             key = (ep["metadata"]["namespace"], ep["metadata"]["name"])
             if _ENDPOINTS_MARK in (ep["metadata"].get("annotations") or {}) and key not in live:
                 self._delete(ENDPOINTS, ep)
@@ -251,7 +251,7 @@ class Workloads:
         current = store.get(ENDPOINTS, ns, name)
         if current is None:
             body = {"metadata": {"name": name, "namespace": ns,
-                                 "labels": svc["metadata"].get("labels") or {},
+                                 "labels": dict(svc["metadata"].get("labels") or {}),
                                  "annotations": {_ENDPOINTS_MARK: svc["metadata"]["creationTimestamp"]}},
                     "subsets": subsets}
             try:
@@ -267,7 +267,7 @@ class Workloads:
         """Empty terminating namespaces; delete objects whose owners are gone, and pods
         bound to nodes that are gone."""
         store = self.app.api.store
-        for ns in store.list(NAMESPACES):
+        for ns in store.view(NAMESPACES):  # read only (Store.view)
             if ns["metadata"].get("deletionTimestamp"):
                 # Like the namespace controller, take a moment: `kubectl delete -f` of a
                 # namespace and its contents finds the contents still there.
@@ -275,7 +275,7 @@ class Workloads:
                 if time.monotonic() - seen >= 1.0:
                     self.app.api.finalize_namespace(ns["metadata"]["name"])
                     del self._terminating[ns["metadata"]["uid"]]
-        everything = [(rt, o) for rt in resources.RESOURCES for o in store.list(rt)]
+        everything = [(rt, o) for rt in resources.RESOURCES for o in store.view(rt)]
         uids = {o["metadata"]["uid"] for _, o in everything}
         nodes = {o["metadata"]["name"] for rt, o in everything if rt is NODES}
         for rt, o in everything:
