@@ -52,3 +52,50 @@ def test_a_view_is_of_one_namespace_when_asked_in_name_order():
     assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in store.view(PODS, "b")] == \
         [("b", "x"), ("b", "z")]
     assert len(store.view(PODS)) == 3
+
+
+def test_the_control_loop_changes_no_object_it_reads_in_place(tmp_path):
+    """The control loop reads views (the stored objects themselves): ticks over a Deployment, its
+    pods (on the system node, their image refused), a pod that fits no node, a Service and its
+    Endpoints write only through the API, so every object stored, the ones a tick was shown
+    included, is still what the store logged when it was written (its watch event)."""
+    from sandbox.kube.config import Settings
+    from sandbox.kube.server import KubeApp
+    from tests.fixtures import loopback
+
+    app = KubeApp(Settings(state_dir=tmp_path, system_node_address=f"127.{loopback.octet(64, 191)}.0.10",
+                           allowed_images=["registry.sandbox.test/*"]))
+    api = app.api
+    kind = {k: resources.lookup(g, "v1", k) for g, k in (("", "namespaces"), ("apps", "deployments"),
+                                                          ("", "services"), ("", "pods"), ("", "endpoints"))}
+    api.create(kind["namespaces"], None, {"metadata": {"name": "ns"}}, "test")
+    api.create(kind["deployments"], "ns", {"metadata": {"name": "web"}, "spec": {
+        "replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "c", "image": "elsewhere.example/refused:1"}]}}}}, "test")
+    api.create(kind["pods"], "ns", {**_pod("stuck"), "spec": {
+        "nodeSelector": {"no-such": "node"}, "containers": [{"name": "c", "image": "registry.sandbox.test/t:1"}]}},
+        "test")
+    api.create(kind["services"], "ns", {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80}]}}, "test")
+    app.runtime.nodes.sync()
+    shown: list[tuple[str, dict]] = []
+    try:
+        for _ in range(6):
+            shown += [(rt.key, obj) for rt in resources.RESOURCES for obj in api.store.view(rt)]
+            app.runtime.tick()
+    finally:
+        app.runtime.kubelet.shutdown()
+    shown += [(rt.key, obj) for rt in resources.RESOURCES for obj in api.store.view(rt)]
+    written = {(e.rkey, e.obj["metadata"]["resourceVersion"]): e.obj
+               for e in api.store.events_after(0) if e.type != "DELETED"}
+    changed = [(rkey, obj["metadata"]["name"]) for rkey, obj in shown
+               if obj != written[(rkey, obj["metadata"]["resourceVersion"])]]
+    assert changed == []
+    # the ticks did the work: the Deployment's pods bound and refused, the other unschedulable,
+    # the Service's Endpoints listing the two (not ready)
+    pods = {p["metadata"]["name"]: p for p in api.store.list(kind["pods"], "ns")}
+    assert len(pods) == 3 and all(p["status"].get("podIP") for n, p in pods.items() if n != "stuck"), pods
+    assert [c["reason"] for c in pods["stuck"]["status"]["conditions"]] == ["Unschedulable"]
+    (endpoints,) = api.store.list(kind["endpoints"], "ns")
+    assert len(endpoints["subsets"][0]["notReadyAddresses"]) == 2
