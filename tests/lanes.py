@@ -16,18 +16,22 @@ Measured on 2 cores, the measured lane split over workers (2 or 3, at equal or a
 priorities, with the exact tests apart at nice -10) finished sooner but never green: the load
 generator's event loop lagged 8.8 ms on average and its points went INCONCLUSIVE (the sequential
 benchmark, the notifications', recreate's and rolling's gates), and the lowest lane, starved,
-ran past its tests' timeouts. The suite needs about 2,200 CPU-seconds: on 2 cores more workers
-only reorder the waiting; what is left to gain is in the work itself. Sampled over a fresh-clone
-run (/proc/stat every 2 s): both cores 95-100 % busy while the lanes overlap (the other lane ends
-after about 11.5 minutes), then 30-65 % for the 18 minutes the measured lane runs alone: it waits
-on its own flows more than on the CPU, using about 0.9 of a core.
+ran past its tests' timeouts. The suite needs about 2,100 CPU-seconds: on 2 cores more workers
+only reorder the waiting; what is left to gain is in the work itself. Sampled over fresh-clone
+runs (/proc/stat every 5 s): both cores busy while the lanes overlap (the other lane ends after
+about 16 minutes), then the measured lane alone for about 8. Priority does not make the measured
+lane as fast as when it runs alone (its end-to-end modules take about 30 % longer beside the other
+lane): the two vCPUs share a core's resources, a CPU-bound loop on one runs 17 % slower while the
+other is busy, even at nice 19 (1.52 s alone, 1.78 s beside it).
 
 The other lane runs ``--dist loadgroup``: a module's tests stay in one worker (its module
 fixtures are set up once), and modules that share a costly session stack form one unit
-(SHARED_GROUPS; the scheduler is tests/conftest.py's). Long modules come first (LONG_FIRST), so
-no worker starts a long module when the others are nearly done. (``--dist load`` balances test by
-test, but hands each worker its first quarter of the tests in one consecutive chunk: every long
-module to the first worker.)
+(SHARED_GROUPS; the scheduler is tests/conftest.py's). xdist hands out the units with the most
+tests first (its ``--loadscope-reorder``, on by default), so the long end-to-end modules of that
+lane start in its second half (one run: canary at 5 minutes, demo at 9, chaos at 10 of 16).
+(``--dist load`` balances test by test, but hands each worker its first quarter of the tests in
+one consecutive chunk: every long module to the first worker.) The measured lane is one process:
+its order is LONG_FIRST's, long modules first.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ SHARED_GROUPS = {
     "prefect-deployed": ("tests/e2e/test_browser.py", "tests/e2e/test_prefect_deployments.py"),
     "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py"),
 }
-# The longest modules of each lane (their times in .pdlift/test-times.md), longest first.
+# The longest modules (their times in .pdlift/test-times.md), longest first: the measured lane runs
+# in this order; the other lane's xdist scheduler orders its units by their number of tests.
 LONG_FIRST = (
     "tests/e2e/test_two_workers_takeover.py",
     "tests/e2e/test_postgres_server.py",
