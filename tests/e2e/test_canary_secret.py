@@ -15,7 +15,7 @@ credential files: what it hands an operator (sandbox.env) and its S3 server's id
 
 It runs in the suite's other lane (tests/lanes.py), at the lowest priority: its subject is where
 the secret goes, not the gate, so should its short benchmark be INCONCLUSIVE (a lagging load
-generator on a busy machine), the test approves the suspended run as a person would and the run
+generator on a busy machine), the test approves the paused gate as a person would and the run
 promotes; either way the secret has been through every stage.
 """
 
@@ -264,7 +264,9 @@ def test_a_canary_secret_and_ssh_passphrase_are_nowhere_after_a_whole_migrate_an
             _, resumed = server.http("POST", f"/flow_runs/{gate}/resume",
                                      {"run_input": {"approve": True, "note": "approved by the canary test"}})
             assert resumed["status"] == "ACCEPT", resumed
+            resumed_by = time.monotonic() + 60
             while _paused_stage(server, run["id"]) == gate:
+                assert time.monotonic() < resumed_by, "the approved gate stayed paused for 60 s"
                 time.sleep(0.5)
             finished = _wait(server, run["id"], timeout_s=300)
         assert finished["state_type"] == "COMPLETED", finished["state"]["message"] + _logs(server, run["id"])[-4000:]
