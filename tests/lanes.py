@@ -9,7 +9,7 @@ The suite runs in two lanes at once (scripts/test):
   model, a wall-clock limit; ``measured`` (MEASURED_MODULES): end-to-end runs with a benchmark and
   a gate in them, gated with wide margins (tests/fixtures/blueprints.py), whose load generator
   still calls a point INCONCLUSIVE when a busy machine makes its own event loop lag.
-- other: every other test, on pytest-xdist workers at nice 19 in a cpu cgroup of nice 19's weight
+- other: every other test, on pytest-xdist workers at nice 19 in a cpu cgroup of nice 10's weight
   (scripts/low-cpu-group), which get only the CPU the measured lane leaves.
 
 Measured on 2 cores, the measured lane split over workers (2 or 3, at equal or at stepped

@@ -1,4 +1,4 @@
-"""scripts/low-cpu-group: the cgroup scripts/test runs its other lane in, of nice 19's weight, and
+"""scripts/low-cpu-group: the cgroup scripts/test runs its other lane in, of nice 10's weight, and
 holding every descendant of the lane, sessions of their own included (tests/lanes.py says why)."""
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def test_a_new_session_started_in_the_group_stays_in_it_and_remove_takes_the_gro
     name = group.name
     try:
         shares, weight = group / "cpu.shares", group / "cpu.weight"
-        # nice 19's weight: 15 of nice 0's 1024 (v1), 1 of 100 (v2)
-        assert (shares.read_text().strip() == "15") if shares.exists() else (weight.read_text().strip() == "1")
+        # nice 10's weight: 110 of nice 0's 1024 (v1), 10 of 100 (v2)
+        assert (shares.read_text().strip() == "110") if shares.exists() else (weight.read_text().strip() == "10")
         seen = subprocess.run([SCRIPT, "run", str(group), "setsid", "-w", "cat", "/proc/self/cgroup"],
                               capture_output=True, text=True, timeout=30)
         assert seen.returncode == 0, seen.stderr

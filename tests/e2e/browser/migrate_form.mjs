@@ -13,14 +13,19 @@ try {
   page.setDefaultTimeout(60_000);
   await page.goto(`${ui}/deployments/deployment/${deploymentId}/run`, { waitUntil: 'networkidle' });
 
+  // The `params` model renders as a nested form: the first switch is "Dry Run". The run name is
+  // filled once the whole form is there: the form sets its defaults (a generated run name among
+  // them) as it renders, and on a busy machine a name typed before that was overwritten, the
+  // run created under the generated name.
+  await page.getByText('Dry Run (Optional)').waitFor();
   mark('form loaded');
   const name = page.locator('input[type=text]').first();
   await name.fill(runName);
-  // The `params` model renders as a nested form: the first switch is "Dry Run".
-  await page.getByText('Dry Run (Optional)').waitFor();
   const dryRun = page.locator('input[type=checkbox]').nth(0);
   await page.locator('label:has(input[type=checkbox])').nth(0).click();
   if (!(await dryRun.isChecked())) throw new Error('could not switch Dry Run on');
+  const typed = await name.inputValue();
+  if (typed !== runName) throw new Error(`the run name field reads "${typed}", not "${runName}", before submitting`);
   await page.getByRole('button', { name: 'Submit' }).click();
 
   mark('submitted');
@@ -33,7 +38,13 @@ try {
     const runs = found.ok() ? await found.json() : [];
     if (runs.length) runId = runs[0].id;
   }
-  if (!runId) throw new Error(`no flow run named ${runName} was created by the form`);
+  if (!runId) {
+    // What the form did create, if anything: the deployment's runs, newest first.
+    const recent = await page.request.post(`${ui}/api/flow_runs/filter`, { data: {
+      deployments: { id: { any_: [deploymentId] } }, sort: 'EXPECTED_START_TIME_DESC', limit: 5 } });
+    const names = recent.ok() ? (await recent.json()).map((r) => r.name) : [];
+    throw new Error(`no flow run named ${runName} was created by the form; the deployment's newest runs: ${names.join(', ')}`);
+  }
   mark('run found');
   await page.goto(`${ui}/runs/flow-run/${runId}`, { waitUntil: 'networkidle' });
   mark('run page loaded');
