@@ -283,3 +283,20 @@ def test_any_stream_is_a_recorded_outcome_never_an_exception(bad_engine, stream,
     assert out.end_ts >= out.send_ts and out.completion_tokens >= 0 and out.prompt_tokens >= 0
     if out.error is None:  # a stream counted good said [DONE] and carried no error event
         assert b"data: [DONE]" in stream
+
+
+def test_a_client_above_90_percent_of_a_core_calls_its_result_saturated_and_at_90_it_does_not():
+    # Its own CPU, not the server's, would then be what is measured (loadgen.py's CPU_SATURATED).
+    from types import SimpleNamespace
+
+    from tasks.adapters.loadgen_run import _result
+
+    spec = LoadSpec("http://127.0.0.1:1", "short", 100, 8, 1, 1.0, 1)
+    prompts = SimpleNamespace(exact=True, note="")
+
+    def result(cpu_s: float):
+        return _result(spec, "m", prompts, [], [], None, 0.0, 1.0, cpu_s=cpu_s, cpu_wall_s=1.0, lags=[], window=None)
+
+    busy, at = result(0.91), result(0.90)
+    assert busy.saturated and busy.saturation == "client CPU at 91% of a core (> 90%)"
+    assert not at.saturated and at.saturation is None

@@ -95,3 +95,21 @@ def test_the_message_is_file_line_column_field_message_hint():
     text = REFERENCE_TEXT.replace("connector: mooncake", "connector: mooncak")
     line = _line_of(text, "connector: mooncak")
     assert str(_error(text)).startswith(f"bp.yaml:{line}:14: kv_transfer.connector: Input should be")
+
+
+def test_an_attention_kind_that_is_neither_mla_nor_gqa_says_which_to_set():
+    text = REFERENCE_TEXT.replace("    kind: mla", "    kind: mha", 1)
+    (p,) = _error(text).problems
+    assert p.field == "model.attention"
+    assert "'mha'" in p.message and p.hint == "set 'kind' to mla or gqa"
+
+
+def test_an_unknown_key_in_a_baseline_point_is_located_and_refused():
+    # A baseline point sits under a scenario name the blueprint chose (a mapping key, not a field),
+    # so there are no field names to suggest: the hint is to remove it.
+    text = REFERENCE_TEXT.replace("      - {concurrency: 16, ttft_ms_mean: 1450,", "      - {concurrency: 16, ttft_ms_maen: 1450,", 1)
+    missing, unknown = _error(text).problems
+    assert missing.field == "baseline.scenarios.isl-3k[0].ttft_ms_mean" and missing.message == "required field is missing"
+    assert unknown.field == "baseline.scenarios.isl-3k[0].ttft_ms_maen"
+    assert unknown.message == "unknown key 'ttft_ms_maen'" and unknown.hint == "remove it"
+    assert unknown.line == _line_of(text, "ttft_ms_maen")

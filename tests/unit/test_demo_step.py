@@ -39,3 +39,13 @@ def test_a_step_within_its_limit_returns_its_time_and_a_failing_one_names_its_ex
     assert "fine" in demo_log.read_text()
     with pytest.raises(SystemExit, match=r"demo: broken failed \(exit 3\)"):
         demo.step("broken", [sys.executable, "-c", "raise SystemExit(3)"], timeout_s=30)
+
+
+def test_a_process_that_has_exited_is_not_alive_and_this_one_is():
+    import os
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert demo._alive(gone.pid) is False
+    assert demo._alive(os.getpid()) is True

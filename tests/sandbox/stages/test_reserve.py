@@ -166,3 +166,20 @@ def test_a_capacity_block_is_bought_once_recorded_with_its_upfront_fee_and_adopt
     report = teardown.release(teardown.inventory(adapters.capacity, adapters.instances, block_bp.name, None),
                               adapters.capacity, adapters.instances, FAST)
     assert any(reserved.reservation_id in kept and "cannot be cancelled" in kept for kept in report.kept)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_sweep_flow_reports_what_a_crashed_run_left_and_a_dry_run_releases_nothing(aws_env, adapters, bp,
+                                                                                         new_run):
+    # The `sweep` deployment's hourly run, in-process: the region's tagged resources listed, those of
+    # no active run stale, the report kept as the run's table artifact; apply defaults to false.
+    from flows.sweep import sweep_flow
+
+    crashed = new_run(bp)
+    stage.reserve(bp, crashed.identity, adapters.capacity, crashed.record, FAST)
+    result = sweep_flow("us-east-2", active_runs=["some-other-run"])
+    mine = [row for row in result["stale"] if row["run_id"] == crashed.identity.run_id]
+    assert {row["kind"] for row in mine} == {"placement-group", "capacity-reservation"}
+    assert result["released"] == []
+    left = teardown.inventory(adapters.capacity, adapters.instances, bp.name, None)
+    assert {f.kind for f in left if f.run_id == crashed.identity.run_id} == {"placement-group", "capacity-reservation"}

@@ -318,3 +318,15 @@ def test_a_recorded_run_that_fell_back_to_sockets_shows_no_efa_evidence():
     result = parse_nccl_tests(read("nccl_alltoall_1x_h200_socket_recorded.txt"))
     assert result.evidence.networks == ("Socket",) and result.evidence.socket
     assert result.evidence.providers == () and not result.evidence.gdrdma
+
+
+def test_a_pre_2_9_version_code_and_a_row_without_its_in_place_half_are_read():
+    # NCCL_VERSION_CODE was major*1000 + minor*100 + patch before 2.9 (nccl.h); a row whose
+    # in-place half is null (nccl-tests -J with out-of-place only) keeps its out-of-place figures.
+    doc = json.loads(read("nccl_sendrecv_pair.json"))
+    doc["nccl_version"] = 2708
+    doc["results"][0]["in_place"] = None
+    result = parse_nccl_json(json.dumps(doc))
+    assert result.nccl_version == "2.7.8"
+    assert result.rows[0].in_place is None
+    assert result.rows[0].out_of_place.busbw_gbs == pytest.approx(42.810378)
