@@ -16,14 +16,17 @@ Measured on 2 cores, the measured lane split over workers (2 or 3, at equal or a
 priorities, with the exact tests apart at nice -10) finished sooner but never green: the load
 generator's event loop lagged 8.8 ms on average and its points went INCONCLUSIVE (the sequential
 benchmark, the notifications', recreate's and rolling's gates), and the lowest lane, starved,
-ran past its tests' timeouts. The suite needs about 2,000 CPU-seconds: on 2 cores more workers
-only reorder the waiting; what is left to gain is in the work itself.
+ran past its tests' timeouts. The suite needs 1,750-2,100 CPU-seconds (the fewer with the other
+lane in its cgroup, below): on 2 cores more workers only reorder the waiting; what is left to gain
+is in the work itself.
 Nice alone did not hold the other lane back: Linux weighs each session's autogroup equally and
 applies nice only inside one (sched(7)), and the tests start their servers, workers and sandbox
 processes in sessions of their own, so the other lane took half the machine whenever both lanes
-wanted it. The takeover module took 333 s alone, 540 s beside the other lane at nice 19 only,
-354 s with the other lane in the cgroup; the fresh-clone run went from 1,409 s to 1,164 s, the lanes ending
-together (the measured lane after 1,096 s, the other after 1,079 s). What remains of the slowdown
+wanted it. The takeover module took 333 s alone and 540 s beside the other lane at nice 19 only.
+In a cpu cgroup (scripts/low-cpu-group) the fresh-clone run went from 1,409 s to 1,164 s at nice
+19's weight, the lanes ending together, and to 1,131 s at nice 10's weight, the lane's weight now:
+at nice 19's, the other lane kept 1.5 % of the CPUs while the measured lane wanted both, and an SSH
+command of one of its tests ran past its 10 s bound under coverage. What remains of the slowdown
 is the machine's: its two vCPUs share a core's resources, a CPU-bound loop on one runs about 15 %
 slower while the other is busy (1.56 s alone, 1.75-1.86 s beside two loops in the low cgroup).
 
