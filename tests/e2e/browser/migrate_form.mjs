@@ -11,6 +11,10 @@ const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1600 } });
   page.setDefaultTimeout(60_000);
+  // The UI's own API calls that did not succeed, to say why should the form create no run.
+  const refused = [];
+  page.on('response', (r) => { if (r.url().includes('/api/') && r.status() >= 400) refused.push(`${r.request().method()} ${new URL(r.url()).pathname} ${r.status()}`); });
+  page.on('requestfailed', (r) => { if (r.url().includes('/api/')) refused.push(`${r.method()} ${new URL(r.url()).pathname} failed: ${r.failure()?.errorText}`); });
   await page.goto(`${ui}/deployments/deployment/${deploymentId}/run`, { waitUntil: 'networkidle' });
 
   // The `params` model renders as a nested form: the first switch is "Dry Run". The run name is
@@ -43,7 +47,10 @@ try {
     const recent = await page.request.post(`${ui}/api/flow_runs/filter`, { data: {
       deployments: { id: { any_: [deploymentId] } }, sort: 'EXPECTED_START_TIME_DESC', limit: 5 } });
     const names = recent.ok() ? (await recent.json()).map((r) => r.name) : [];
-    throw new Error(`no flow run named ${runName} was created by the form; the deployment's newest runs: ${names.join(', ')}`);
+    await page.screenshot({ path: screenshot.replace(/\.png$/, '-no-run.png'), fullPage: true }).catch(() => {});
+    const shown = (await page.locator('[role=alert], [role=status], .p-toast').allInnerTexts().catch(() => [])).join(' | ');
+    throw new Error(`no flow run named ${runName} was created by the form; the deployment's newest runs: ${names.join(', ')}; `
+      + `the page: ${page.url()}; it shows: ${shown || 'no alert'}; the UI's API calls that failed: ${refused.join(', ') || 'none'}`);
   }
   mark('run found');
   await page.goto(`${ui}/runs/flow-run/${runId}`, { waitUntil: 'networkidle' });
