@@ -14,7 +14,6 @@ from pathlib import Path
 
 from tests.bench.test_chaos_judge import _load
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
 chaos = _load("chaos")
 # A process worker's shape: the flow run in a session of its own (Prefect 3's process worker),
 # with a child of its own.
