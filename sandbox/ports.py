@@ -10,6 +10,7 @@ could take one, and every caller checks that the ports are bindable first.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -24,6 +25,20 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
 # Independent of the `random` module's global seed, which seeded tests and benchmarks set.
 _PICK = random.SystemRandom()
+
+
+def suite_slot() -> tuple[int, int]:
+    """(this process's slot, how many slots) among the test processes that run at once: the
+    pytest-xdist worker's index (0 in a plain run) after the first slot of its lane (scripts/test
+    sets PDLIFT_TEST_SLOTS="FIRST,TOTAL" for each lane); (0, 1) outside the suite. The sandboxes,
+    servers and flow runs a test starts inherit both variables, and so its slot."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    first, _, total = os.environ.get("PDLIFT_TEST_SLOTS", "").partition(",")
+    if first.isdigit() and total.isdigit():
+        return int(first) + index, max(int(total), int(first) + index + 1)
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    return index, max(count, index + 1)
 
 
 class NoFreePort(RuntimeError):
@@ -52,6 +67,14 @@ def bindable(port: int, host: str = "127.0.0.1", reuse_address: bool = False) ->
     return True
 
 
+def _slice(low: int, high: int, index: int, count: int) -> tuple[int, int]:
+    """Slot ``index``'s share of [low, high] among ``count`` slots."""
+    width = (high - low + 1) // count
+    if width < 1:
+        raise NoFreePort(f"ports {low}..{high} cannot be split between {count} test processes")
+    return low + index * width, low + (index + 1) * width - 1
+
+
 def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = (), offsets: tuple[int, ...] = (),
               tries: int = 200) -> int:
     """A port p free on ``host`` and every address in ``also`` (pods of one group listen on one
@@ -61,8 +84,15 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
     high = ephemeral_low() - 1 - reach
     if high <= LOWEST:
         raise NoFreePort(f"the ephemeral range starts at {ephemeral_low()}: no room below it for a run of {reach + 1}")
+    # Each test process draws from a slice of its own, as it does for loopback addresses
+    # (tests/fixtures/loopback.py): a port is checked free, then bound by a server started after
+    # it, and a test on another worker drawing the same port in between took it (moto's "Port N is
+    # in use by another program" when the suite's two lanes and three workers started servers at once).
+    low, (index, count) = LOWEST, suite_slot()
+    if count > 1:  # its slice of the ports below the fabric's (their SeaweedFS offsets follow)
+        low, high = _slice(LOWEST, min(high, FABRIC_PORTS.start - span), index, count)
     for _ in range(tries):
-        port = _PICK.randint(LOWEST, high)
+        port = _PICK.randint(low, high)
         wanted = [port + i for i in range(span)] + [port + o for o in offsets]
         # The run itself only: an offset of 10000 (SeaweedFS's gRPC ports) below the ephemeral range
         # cannot keep out of 20000-31999 too.

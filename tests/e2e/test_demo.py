@@ -101,8 +101,9 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
     env.pop("PREFECT_API_URL", None)
     try:
         # An empty account first: the sandbox up, nothing of this deployment in it.
-        subprocess.run([str(REPO / "scripts" / "sandbox"), "up", "--blueprint", str(bp)], env=env, cwd=REPO,
-                       check=True, capture_output=True, timeout=300)
+        up = subprocess.run([str(REPO / "scripts" / "sandbox"), "up", "--blueprint", str(bp)], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
         status_env = {**env, **_sandbox_env(state)}
         # Read from an older copy of the blueprint (its image by tag: a rule about what runs refuses
         # it), as an operator with last year's file would: status only reads, so it answers.

@@ -21,6 +21,13 @@ class _Sequence:
         return port
 
 
+@pytest.fixture(autouse=True)
+def outside_the_suite(request, monkeypatch):
+    """One slot, as outside scripts/test, but for the tests of the slots themselves."""
+    if "slots" not in request.node.name:
+        monkeypatch.setattr(ports, "suite_slot", lambda: (0, 1))
+
+
 @pytest.fixture()
 def listener():
     sock = socket.socket()
@@ -78,3 +85,30 @@ def test_the_fabric_stages_control_ports_are_never_chosen(monkeypatch):
     # 25000 inside; 19999's run of 2 reaches 20000, the first; 31998's reaches 31999, the last.
     monkeypatch.setattr(ports, "_PICK", _Sequence(25000, 19999, 31998, free))
     assert ports.free_port(span=2) == free
+
+
+def test_in_the_suite_each_slot_draws_its_own_slice_of_the_ports_below_the_fabrics(monkeypatch):
+    """A port checked free by one test process is not drawn by another before its server binds it
+    (the moto endpoint of one worker lost its port so)."""
+    drawn = {}
+    for index in range(4):
+        monkeypatch.setattr(ports, "suite_slot", lambda index=index: (index, 4))
+        drawn[index] = {ports.free_port(span=2, offsets=(10000,)) for _ in range(40)}
+    width = (ports.FABRIC_PORTS.start - 2 - ports.LOWEST + 1) // 4
+    for index, chosen in drawn.items():
+        start = ports.LOWEST + index * width
+        assert all(start <= port <= start + width - 1 for port in chosen), (index, sorted(chosen))
+    # the last slot's run of 2 and the next slice's first port, the fabric's first, stay apart
+    assert max(drawn[3]) + 1 < ports.FABRIC_PORTS.start
+
+
+def test_the_slots_come_from_the_lane_and_the_xdist_worker(monkeypatch):
+    monkeypatch.setenv("PDLIFT_TEST_SLOTS", "1,4")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    assert ports.suite_slot() == (3, 4)
+    monkeypatch.delenv("PDLIFT_TEST_SLOTS")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    assert ports.suite_slot() == (2, 3)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+    assert ports.suite_slot() == (0, 1)
