@@ -1,5 +1,6 @@
-"""scripts/low-cpu-group: the cgroup scripts/test runs its other lane in, of nice 10's weight, and
-holding every descendant of the lane, sessions of their own included (tests/lanes.py says why)."""
+"""scripts/cpu-group: the cgroups scripts/test runs its lanes in, the measured lane's of nice 0's
+weight, the other lane's of nice 10's, each holding every descendant of its lane, sessions of their
+own included (tests/lanes.py and the script say why)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import subprocess
 import uuid
 from pathlib import Path
 
-SCRIPT = str(Path(__file__).resolve().parents[2] / "scripts" / "low-cpu-group")
+import pytest
+
+SCRIPT = str(Path(__file__).resolve().parents[2] / "scripts" / "cpu-group")
 
 
 def _in_group(cgroup_lines: str, name: str) -> bool:
@@ -20,11 +23,11 @@ def _in_group(cgroup_lines: str, name: str) -> bool:
     return False
 
 
-def _create() -> Path | None:
+def _create(level: str = "low") -> Path | None:
     """A new group, or None where this machine does not let us make one (not root, no cpu
-    controller: scripts/test then runs the other lane at nice 19 only, and says so)."""
+    controller: scripts/test then runs its lanes at nice 0 and 19 only, and says so)."""
     name = "pdlift-test-probe-" + uuid.uuid4().hex[:6]
-    made = subprocess.run([SCRIPT, "create", name], capture_output=True, text=True, timeout=30)
+    made = subprocess.run([SCRIPT, "create", name, level], capture_output=True, text=True, timeout=30)
     if made.returncode != 0:
         assert made.returncode == 1 and made.stdout == "", made
         return None
@@ -33,15 +36,16 @@ def _create() -> Path | None:
     return group
 
 
-def test_a_new_session_started_in_the_group_stays_in_it_and_remove_takes_the_group_away():
-    group = _create()
+@pytest.mark.parametrize("level, shares, weight", [("normal", "1024", "100"), ("low", "110", "10")])
+def test_a_new_session_started_in_the_group_stays_in_it_and_remove_takes_the_group_away(level, shares, weight):
+    group = _create(level)
     if group is None:
         return
     name = group.name
     try:
-        shares, weight = group / "cpu.shares", group / "cpu.weight"
-        # nice 10's weight: 110 of nice 0's 1024 (v1), 10 of 100 (v2)
-        assert (shares.read_text().strip() == "110") if shares.exists() else (weight.read_text().strip() == "10")
+        # nice 0's weight is 1024 (v1) or 100 (v2), nice 10's 110 or 10
+        v1, v2 = group / "cpu.shares", group / "cpu.weight"
+        assert (v1.read_text().strip() == shares) if v1.exists() else (v2.read_text().strip() == weight)
         seen = subprocess.run([SCRIPT, "run", str(group), "setsid", "-w", "cat", "/proc/self/cgroup"],
                               capture_output=True, text=True, timeout=30)
         assert seen.returncode == 0, seen.stderr
@@ -49,6 +53,13 @@ def test_a_new_session_started_in_the_group_stays_in_it_and_remove_takes_the_gro
     finally:
         subprocess.run([SCRIPT, "remove", str(group)], timeout=30)
     assert not group.exists()
+
+
+def test_a_level_other_than_normal_or_low_is_refused_and_makes_no_group():
+    name = "pdlift-test-probe-" + uuid.uuid4().hex[:6]
+    made = subprocess.run([SCRIPT, "create", name, "high"], capture_output=True, text=True, timeout=30)
+    assert made.returncode == 2 and made.stdout == "" and "normal|low" in made.stderr
+    assert not Path("/sys/fs/cgroup/cpu", name).exists() and not Path("/sys/fs/cgroup", name).exists()
 
 
 def test_a_group_that_still_holds_a_process_is_left_in_place_and_said_so():
