@@ -67,11 +67,13 @@ def bindable(port: int, host: str = "127.0.0.1", reuse_address: bool = False) ->
     return True
 
 
-def _slice(low: int, high: int, index: int, count: int) -> tuple[int, int]:
-    """Slot ``index``'s share of [low, high] among ``count`` slots."""
+def suite_share(low: int, high: int) -> tuple[int, int]:
+    """This test process's share [first, last] of [low, high] (all of it outside the suite):
+    no other test process of the run draws from it (ports here, loopback octets in the tests)."""
+    index, count = suite_slot()
     width = (high - low + 1) // count
     if width < 1:
-        raise NoFreePort(f"ports {low}..{high} cannot be split between {count} test processes")
+        raise ValueError(f"{low}..{high} cannot be split between {count} test processes")
     return low + index * width, low + (index + 1) * width - 1
 
 
@@ -88,9 +90,9 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
     # (tests/fixtures/loopback.py): a port is checked free, then bound by a server started after
     # it, and a test on another worker drawing the same port in between took it (moto's "Port N is
     # in use by another program" when the suite's two lanes and three workers started servers at once).
-    low, (index, count) = LOWEST, suite_slot()
-    if count > 1:  # its slice of the ports below the fabric's (their SeaweedFS offsets follow)
-        low, high = _slice(LOWEST, min(high, FABRIC_PORTS.start - span), index, count)
+    low = LOWEST
+    if suite_slot()[1] > 1:  # its share of the ports below the fabric's; their SeaweedFS offsets follow
+        low, high = suite_share(LOWEST, min(high, FABRIC_PORTS.start - span))
     for _ in range(tries):
         port = _PICK.randint(low, high)
         wanted = [port + i for i in range(span)] + [port + o for o in offsets]
