@@ -21,6 +21,17 @@ LOWEST = 10000
 # given one of them can lose it to a loopback (a chaos trial's Prefect server found its port in use
 # while another test validated a fabric), and a loopback can take the server's for its own.
 FABRIC_PORTS = range(20000, 32000)
+# Ports a browser refuses to open (the Fetch Standard's "bad port" list, fetch.spec.whatwg.org
+# #port-blocking; 10080 since whatwg/fetch#1191): Chromium fails page.goto with ERR_UNSAFE_PORT, so
+# a Prefect server on one has a UI nobody can open (the browser test drew 10080 once). Only 10080
+# lies in the range drawn from; the whole list is kept so the rule reads as the standard's.
+BROWSER_BAD_PORTS = frozenset({
+    1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,
+    103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
+    512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993,
+    995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668,
+    6669, 6679, 6697, 10080,
+})
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
 # Independent of the `random` module's global seed, which seeded tests and benchmarks set.
@@ -81,7 +92,8 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
               tries: int = 200) -> int:
     """A port p free on ``host`` and every address in ``also`` (pods of one group listen on one
     port number), together with p+1 .. p+span-1 (DP rank ports) and p+o for each o in ``offsets``
-    (SeaweedFS's gRPC ports), every one of them below the ephemeral range."""
+    (SeaweedFS's gRPC ports), every one of them below the ephemeral range and none a port
+    browsers refuse (any of them may serve a UI)."""
     reach = max((span - 1, *offsets))
     high = ephemeral_low() - 1 - reach
     if high <= LOWEST:
@@ -98,7 +110,7 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
         wanted = [port + i for i in range(span)] + [port + o for o in offsets]
         # The run itself only: an offset of 10000 (SeaweedFS's gRPC ports) below the ephemeral range
         # cannot keep out of 20000-31999 too.
-        if any(p in FABRIC_PORTS for p in wanted[:span]):
+        if any(p in FABRIC_PORTS for p in wanted[:span]) or any(p in BROWSER_BAD_PORTS for p in wanted):
             continue
         if all(bindable(p, h) for h in (host, *also) for p in wanted):
             return port

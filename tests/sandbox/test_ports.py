@@ -87,6 +87,15 @@ def test_the_fabric_stages_control_ports_are_never_chosen(monkeypatch):
     assert ports.free_port(span=2) == free
 
 
+def test_a_port_a_browser_refuses_is_never_chosen_for_a_run_or_an_offset(monkeypatch):
+    """The UI of a Prefect server on 10080 cannot be opened (Chromium: ERR_UNSAFE_PORT)."""
+    assert 10080 in ports.BROWSER_BAD_PORTS and 10079 not in ports.BROWSER_BAD_PORTS
+    free = ports.free_port(span=2, offsets=(3,))
+    # 10080 itself; 10079's run of 2 reaches it; 10077's offset of 3 does.
+    monkeypatch.setattr(ports, "_PICK", _Sequence(10080, 10079, 10077, free))
+    assert ports.free_port(span=2, offsets=(3,)) == free
+
+
 def test_in_the_suite_each_slot_draws_its_own_slice_of_the_ports_below_the_fabrics(monkeypatch):
     """A port checked free by one test process is not drawn by another before its server binds it
     (the moto endpoint of one worker lost its port so)."""
