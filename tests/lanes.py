@@ -71,8 +71,8 @@ MEASURED_MODULES = (
 # decision its judge accepts, as it accepts a promotion.
 # Modules that use one session stack: one worker sets it up for all of them.
 SHARED_GROUPS = {
-    "prefect-deployed": ("tests/e2e/test_browser.py", "tests/e2e/test_prefect_deployments.py"),
-    "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py"),
+    "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py",
+                 "tests/e2e/test_browser.py"),
 }
 # The longest modules (their times in .pdlift/test-times.md), longest first: the measured lane runs
 # in this order; the other lane's xdist scheduler orders its units by their number of tests.
