@@ -16,7 +16,9 @@ import pytest
 
 from tests.timing import timing
 
-pytestmark = pytest.mark.slow
+# Alone, the test pays for its whole stack: PostgreSQL, the server's migrations, `prefect deploy`,
+# a working copy for its worker (tests/fixtures/postgres.py allows the server 400 s to start).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
