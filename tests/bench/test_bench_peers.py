@@ -89,7 +89,10 @@ def wheels(tmp_path_factory) -> Path:
 
 
 def _env(state: Path, wheels: Path | None, **more: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PDLIFT_", "PIP_REQUIRE"))}
+    # PDLIFT_TEST_SLOTS kept: the suite's slot, so the ports its servers draw are this test's
+    # (sandbox/ports.suite_slot).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PDLIFT_", "PIP_REQUIRE")) or k == "PDLIFT_TEST_SLOTS"}
     env.update(PDLIFT_STATE_DIR=str(state), DO_NOT_TRACK="1", **more)
     if wheels is not None:
         env["PDLIFT_BENCH_WHEELS"] = str(wheels)
