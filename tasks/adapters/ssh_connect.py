@@ -121,7 +121,11 @@ class Connector:
                 raise ssh_errors.translate(e, f"{node.label} {host_id(address, port)}") from e
             except paramiko.AuthenticationException as e:
                 client.close()
-                raise ssh_errors.translate(e, f"{node.label}: user {user or s.user} with key {s.key_file}") from e
+                if not ssh_errors.is_auth_timeout(e):  # refused: retrying the same key cannot help
+                    raise ssh_errors.translate(e, f"{node.label}: user {user or s.user} with key {s.key_file}") from e
+                last = e  # a busy node's slow answer: as a banner timeout
+                if attempt + 1 < s.connect_attempts:
+                    time.sleep(s.retry_delay_s * 2 ** attempt)
             except (paramiko.SSHException, OSError, EOFError) as e:  # refused, reset, banner timeout
                 client.close()
                 last = e

@@ -179,6 +179,9 @@ def test_paramiko_and_socket_errors_map_by_what_the_caller_should_do():
     assert type(changed) is HostKeyMismatch and "host key changed" in str(changed)
     rejected = ssh_errors.translate(paramiko.AuthenticationException("no"), "node: user u with key k")
     assert type(rejected) is RequestRejected and "aws.ssh.key_pair" in str(rejected)
+    # paramiko's text when the node did not answer the authentication in time: busy, not refused
+    slow = ssh_errors.translate(paramiko.AuthenticationException("Authentication timeout."), "node: user u")
+    assert type(slow) is RemoteUnavailable and "aws.ssh.key_pair" not in str(slow)
     for lost in (paramiko.SSHException("banner"), EOFError(), ConnectionResetError(), socket.timeout(),
                  OSError(errno.EHOSTUNREACH, "no route")):
         assert type(ssh_errors.translate(lost, "node")) is RemoteUnavailable

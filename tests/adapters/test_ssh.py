@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from tests.timing import timing
@@ -103,6 +105,54 @@ def test_an_unreachable_node_raises_remote_unavailable_after_bounded_retries(set
         shell.run(closed, ["true"], timeout_s=5)
     assert time.monotonic() - start < 5
     assert isinstance(caught.value.__cause__, OSError)
+
+
+class _SlowToAuthenticate(paramiko.ServerInterface):
+    """An SSH server (paramiko's server side) that answers a key only after ``delay_s``: a node
+    whose sshd is busy, as a sandbox node on a starved CPU was (paramiko: "Authentication timeout.")."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        time.sleep(self.delay_s)
+        return paramiko.AUTH_FAILED
+
+
+@timing  # the client's authentication timeout against a server's delay
+def test_a_node_slow_to_answer_the_authentication_is_retried_then_unavailable_not_a_rejected_key(settings):
+    host_key = paramiko.RSAKey.generate(1024)
+    address = "127.0.0.23"
+    listener = socket.create_server((address, free_port(address)))
+    accepted: list[paramiko.Transport] = []
+
+    def serve() -> None:
+        listener.settimeout(30)
+        while len(accepted) < 3:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(host_key)
+            transport.start_server(server=_SlowToAuthenticate(delay_s=10))
+            accepted.append(transport)
+
+    threading.Thread(target=serve, daemon=True).start()
+    slow = SshNode("i-0slow", address, (f"ssh-rsa {host_key.get_base64()}",), port=listener.getsockname()[1])
+    quick = SshSettings(**{**settings.__dict__, "connect_timeout_s": 2})
+    try:
+        with NodeShell(quick) as shell, pytest.raises(RemoteUnavailable, match="after 2 attempts") as caught:
+            shell.run(slow, ["true"], timeout_s=5)
+    finally:
+        listener.close()
+        for transport in accepted:
+            transport.close()
+    assert "authentication in time" in str(caught.value) and "rejected" not in str(caught.value)
+    assert len(accepted) == 2  # both attempts reached the node
 
 
 def test_a_rejected_client_key_is_a_stage_failure_not_a_retry(settings, node, tmp_path):
