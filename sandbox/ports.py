@@ -36,6 +36,9 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
 # Independent of the `random` module's global seed, which seeded tests and benchmarks set.
 _PICK = random.SystemRandom()
+# The suite's slots ("FIRST,TOTAL", set by scripts/test for each lane). A test that clears a child's
+# environment keeps this one: without it the child draws ports from another lane's slice.
+SLOT_VARIABLE = "PDLIFT_TEST_SLOTS"
 
 
 def suite_slot() -> tuple[int, int]:
@@ -45,7 +48,7 @@ def suite_slot() -> tuple[int, int]:
     servers and flow runs a test starts inherit both variables, and so its slot."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")
     index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
-    first, _, total = os.environ.get("PDLIFT_TEST_SLOTS", "").partition(",")
+    first, _, total = os.environ.get(SLOT_VARIABLE, "").partition(",")
     if first.isdigit() and total.isdigit():
         return int(first) + index, max(int(total), int(first) + index + 1)
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)

@@ -119,15 +119,11 @@ class Connector:
             except paramiko.BadHostKeyException as e:
                 client.close()
                 raise ssh_errors.translate(e, f"{node.label} {host_id(address, port)}") from e
-            except paramiko.AuthenticationException as e:
+            except (paramiko.SSHException, OSError, EOFError) as e:  # refused, reset, banner or auth timeout
                 client.close()
-                if not ssh_errors.is_auth_timeout(e):  # refused: retrying the same key cannot help
+                if isinstance(e, paramiko.AuthenticationException) and not ssh_errors.is_auth_timeout(e):
+                    # the key refused: retrying it cannot help (a busy node's slow answer is retried)
                     raise ssh_errors.translate(e, f"{node.label}: user {user or s.user} with key {s.key_file}") from e
-                last = e  # a busy node's slow answer: as a banner timeout
-                if attempt + 1 < s.connect_attempts:
-                    time.sleep(s.retry_delay_s * 2 ** attempt)
-            except (paramiko.SSHException, OSError, EOFError) as e:  # refused, reset, banner timeout
-                client.close()
                 last = e
                 if attempt + 1 < s.connect_attempts:
                     time.sleep(s.retry_delay_s * 2 ** attempt)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import ports
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "scripts" / "bench"
 SCRIPTS = ("cli_overhead.py", "fabric_walltime.py", "gate_sim.py", "loadgen.py", "staging.py")
@@ -89,10 +91,10 @@ def wheels(tmp_path_factory) -> Path:
 
 
 def _env(state: Path, wheels: Path | None, **more: str) -> dict[str, str]:
-    # PDLIFT_TEST_SLOTS kept: the suite's slot, so the ports its servers draw are this test's
+    # ports.SLOT_VARIABLE kept: the suite's slot, so the ports its servers draw are this test's
     # (sandbox/ports.suite_slot).
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PDLIFT_", "PIP_REQUIRE")) or k == "PDLIFT_TEST_SLOTS"}
+           if not k.startswith(("PDLIFT_", "PIP_REQUIRE")) or k == ports.SLOT_VARIABLE}
     env.update(PDLIFT_STATE_DIR=str(state), DO_NOT_TRACK="1", **more)
     if wheels is not None:
         env["PDLIFT_BENCH_WHEELS"] = str(wheels)

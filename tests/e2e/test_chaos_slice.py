@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import ports
 from tests.fixtures import loopback
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -21,12 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_seeded_slice_of_the_chaos_campaign_keeps_every_invariant(tmp_path):
-    # Nothing of the suite's Prefect, AWS or pdlift settings, but its test slot (PDLIFT_TEST_SLOTS):
+    # Nothing of the suite's Prefect, AWS or pdlift settings, but its test slot (ports.SLOT_VARIABLE):
     # without it the campaign's sandbox drew ports from a slice another lane draws from, and took a
     # port the measured lane's `sandbox up` had just found free (SeaweedFS: "port 11787 ... is not
     # available").
     env = {k: v for k, v in os.environ.items()
-           if (not k.startswith(("PREFECT_", "AWS_", "PDLIFT_")) or k == "PDLIFT_TEST_SLOTS") and k != "KUBECONFIG"}
+           if (not k.startswith(("PREFECT_", "AWS_", "PDLIFT_")) or k == ports.SLOT_VARIABLE) and k != "KUBECONFIG"}
     env.update({"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     table = tmp_path / "chaos.md"
     out = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "scripts/bench/chaos.py", "--trials", "1",

@@ -80,3 +80,27 @@ def test_a_group_that_still_holds_a_process_is_left_in_place_and_said_so():
         sleeper.wait(timeout=10)
         subprocess.run([SCRIPT, "remove", str(group)], timeout=30)
     assert not group.exists()
+
+
+def test_stop_ends_every_process_in_the_group_a_new_session_and_one_that_ignores_sigterm_included():
+    """What an interrupted scripts/test does before it removes its groups: without it, the servers
+    the killed pytest had started stayed in the groups."""
+    group = _create()
+    if group is None:
+        return
+    started = [subprocess.Popen([SCRIPT, "run", str(group), "setsid", "-w", "sleep", "60"]),
+               subprocess.Popen([SCRIPT, "run", str(group), "bash", "-c", "trap '' TERM; sleep 60 & wait"])]
+    try:
+        for _ in range(100):  # until all three processes (setsid's sleep, bash and its sleep) are in
+            if len((group / "cgroup.procs").read_text().split()) >= 3:
+                break
+            subprocess.run(["sleep", "0.05"])
+        stopped = subprocess.run([SCRIPT, "stop", str(group)], capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        assert (group / "cgroup.procs").read_text().split() == []
+    finally:
+        for p in started:
+            p.kill()
+            p.wait(timeout=10)
+        subprocess.run([SCRIPT, "remove", str(group)], timeout=30)
+    assert not group.exists()
