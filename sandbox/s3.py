@@ -77,9 +77,10 @@ def _free_pair(taken: set[int]) -> int:
     raise S3Error("no free loopback port pair (p, p+10000) found for SeaweedFS")
 
 
-def choose_ports(s3_port: int = 0) -> S3Ports:
-    """Free ports for every server weed opens; `s3_port` (if not 0) is used for S3 itself."""
-    taken: set[int] = set()
+def choose_ports(s3_port: int = 0, taken: frozenset[int] = frozenset()) -> S3Ports:
+    """Free ports for every server weed opens, none of them in ``taken`` (ports already chosen for
+    servers that have not bound them yet); `s3_port` (if not 0) is used for S3 itself."""
+    taken = set(taken)
     chosen: dict[str, int] = {}
     for server in SERVERS:
         port = s3_port if server == "s3" and s3_port else _free_pair(taken)

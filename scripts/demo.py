@@ -79,7 +79,14 @@ def http(method: str, path: str, body: dict | None = None, timeout: float = 10.0
         except urllib.error.HTTPError as e:
             if e.code not in RETRY_STATUS or attempt == attempts - 1:
                 raise
-            time.sleep(min(0.5 * 2 ** attempt, 5.0))
+        except (TimeoutError, ConnectionError, urllib.error.URLError):
+            # A server too busy to answer within the timeout (SQLite under a loaded machine: a poll
+            # of the run took over 10 s and ended the demo with a traceback while its run went on) or
+            # one dropping a connection. Every call here reads, but the one that creates the run,
+            # and that one carries an idempotency key: each is safe to send again.
+            if attempt == attempts - 1:
+                raise
+        time.sleep(min(0.5 * 2 ** attempt, 5.0))
 
 
 def wait_for(check, what: str, timeout_s: float, log: Path = LOG) -> None:

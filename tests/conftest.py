@@ -45,11 +45,9 @@ def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` sends each group of tests/lanes.py (a module, or the modules that share
     a costly stack) to one worker. Grouped here, by node id, and not with ``xdist_group`` markers:
     pytest 9.2's structured node ids silently undo the suffix xdist 3.8 gives marked tests, so the
-    marks group nothing (pytest-dev/pytest-xdist#1386, open). The units go out in collection order,
-    long ones first (tests/lanes.py says why), not xdist's default of the most tests first."""
+    marks group nothing (pytest-dev/pytest-xdist#1386, open)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    config.option.loadscopereorder = False
     from xdist.scheduler import LoadScopeScheduling
 
     from tests import lanes

@@ -39,14 +39,18 @@ slower while the other is busy (1.56 s alone, 1.75-1.86 s beside two loops in th
 
 The other lane runs ``--dist loadgroup``: a module's tests stay in one worker (its module
 fixtures are set up once), and modules that share a costly session stack form one unit
-(SHARED_GROUPS; the scheduler is tests/conftest.py's). xdist hands the units out in collection
-order, which is LONG_FIRST's, longest first: its default (``--loadscope-reorder``, the units with
-the most tests first) started the long end-to-end modules of that lane in its second half (one
-run: canary at 5 minutes, demo at 9, chaos at 10 of 16), and the lane ended on them. Replayed from
-the module times of six fresh-clone runs, longest first ends that lane 80-160 s sooner (870-1,073 s
--> 770-990 s). (``--dist load`` balances test by test, but hands each worker its first quarter of
-the tests in one consecutive chunk: every long module to the first worker.) The measured lane is
-one process: its order is LONG_FIRST's too.
+(SHARED_GROUPS; the scheduler is tests/conftest.py's). xdist hands out the units with the most
+tests first (its ``--loadscope-reorder``, on by default), so the long end-to-end modules of that
+lane start in its second half (one run: canary at 5 minutes, demo at 9, chaos at 10 of 16).
+(``--dist load`` balances test by test, but hands each worker its first quarter of the tests in
+one consecutive chunk: every long module to the first worker.)
+Tried and measured worse: the units longest first (the reorder off, LONG_FIRST by median module
+time), which replayed from six runs' module times ended the other lane 80-160 s sooner. In the
+fresh-clone run the chaos slice, the canary check and the demo started together, each with its own
+Prefect server, sandbox and fleet, in a tenth of the CPUs: the demo's Prefect server took over 10 s
+to answer a poll, the chaos harness timed out the same way, and the measured lane ran 1,172 s
+instead of 1,118-1,145 s (the takeover module 426 s instead of 366-388 s), so the run was no shorter. The measured lane is one process:
+its order is LONG_FIRST's, long modules first.
 """
 
 from __future__ import annotations
@@ -76,34 +80,28 @@ SHARED_GROUPS = {
     "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py",
                  "tests/e2e/test_browser.py"),
 }
-# The longest modules, longest first within each lane (their median times over six fresh-clone runs,
-# from .pdlift/test/*.xml; the last run's in .pdlift/test-times.md): both lanes run in this order.
+# The longest modules (their times in .pdlift/test-times.md), longest first: the measured lane runs
+# in this order; the other lane's xdist scheduler orders its units by their number of tests.
 LONG_FIRST = (
-    # the measured lane: the takeover tests' PostgreSQL stack first, and its other users after them
     "tests/e2e/test_two_workers_takeover.py",
     "tests/e2e/test_postgres_server.py",
+    "tests/e2e/test_chaos_slice.py",
+    "tests/e2e/test_demo.py",
+    "tests/e2e/test_canary_secret.py",
     "tests/flows/test_recreate.py",
     "tests/flows/test_rolling.py",
     "tests/e2e/test_browser.py",
-    # the other lane, by median module time: chaos 357 s, canary 247 s, demo 228 s, ... 35 s
-    "tests/e2e/test_chaos_slice.py",
-    "tests/e2e/test_canary_secret.py",
-    "tests/e2e/test_demo.py",
+    "tests/e2e/test_prefect_deployments.py",
+    "tests/sandbox/fabric/test_fabric_replace.py",
     "tests/sandbox/fabric/test_fabric_stage.py",
     "tests/e2e/test_parameter_fuzz.py",
-    "tests/e2e/test_prefect_deployments.py",
-    "tests/sandbox/stages/test_reserve.py",
-    "tests/sandbox/deploy/test_canary_combinations.py",
     "tests/sandbox/deploy/test_failures.py",
     "tests/sandbox/staging/test_stage_flow.py",
-    "tests/sandbox/fabric/test_fabric_replace.py",
-    "tests/unit/test_cli_server.py",
-    "tests/sandbox/stages/test_launch.py",
     "tests/sandbox/deploy/test_bring_up.py",
+    "tests/sandbox/deploy/test_canary_combinations.py",
+    "tests/sandbox/stages/test_launch.py",
+    "tests/adapters/test_prefect_results.py",
     "tests/sandbox/test_s3_and_model.py",
-    "tests/adapters/test_loadgen_malformed.py",
-    "tests/adapters/test_ssh.py",
-    "tests/sandbox/stages/test_capacity_flows.py",
     "tests/unit/bench/test_gate_simulation.py",
 )
 

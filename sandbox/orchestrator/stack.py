@@ -150,7 +150,10 @@ class Sandbox:
             reusable = last and (not wanted or last["s3"] == wanted) and all(
                 sandbox_s3.port_is_free(p) and p not in taken for p in last.values())
             if not reusable:
-                s["s3_ports"] = sandbox_s3.choose_ports(wanted).to_dict()
+                # not the AWS endpoint's or the kube API's, chosen above but not bound yet: kube starts
+                # first, and SeaweedFS found its master's port taken ("port 11787 ... not available"),
+                # or SeaweedFS did, and the AWS endpoint found its own in use
+                s["s3_ports"] = sandbox_s3.choose_ports(wanted, frozenset(taken)).to_dict()
 
     def start(self, names: list[str] | None = None, overrides: dict | None = None,
               ready_timeout_s: float = READY_TIMEOUT_S) -> StartReport:

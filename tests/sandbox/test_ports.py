@@ -121,3 +121,28 @@ def test_the_slots_come_from_the_lane_and_the_xdist_worker(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
     assert ports.suite_slot() == (0, 1)
+
+
+class _Again:
+    """Stands in for the random pick: the first two ports of the range, then the same two again and
+    the ones after them, as a random draw may."""
+
+    def __init__(self):
+        self.offsets = [1, 2, *range(1, 100)]
+
+    def randint(self, low: int, high: int) -> int:
+        return low + self.offsets.pop(0)
+
+
+def test_a_sandbox_start_gives_seaweedfs_none_of_the_ports_it_chose_for_aws_and_kube(monkeypatch, tmp_path):
+    """Each server binds its port only once it starts (kube first, then SeaweedFS, then the AWS
+    endpoint): SeaweedFS drawn without the others' ports took one of them, and the second server to
+    start found its port in use (seen twice in suite runs)."""
+    from sandbox import s3 as sandbox_s3
+    from sandbox.orchestrator.stack import Sandbox
+
+    monkeypatch.setattr(ports, "_PICK", _Again())
+    sandbox = Sandbox(tmp_path)
+    sandbox._choose_ports({}, {"aws", "kube", "s3"})
+    chosen = [sandbox.settings["aws_port"], sandbox.settings["kube_port"], *sandbox.settings["s3_ports"].values()]
+    assert len(set(chosen)) == len(chosen) == 2 + len(sandbox_s3.SERVERS), chosen

@@ -49,3 +49,42 @@ def test_a_process_that_has_exited_is_not_alive_and_this_one_is():
     gone.wait()
     assert demo._alive(gone.pid) is False
     assert demo._alive(os.getpid()) is True
+
+
+def test_a_server_too_slow_to_answer_once_is_asked_again_and_a_silent_one_ends_the_demo(monkeypatch):
+    """A poll of the run that timed out ended the demo with a traceback while the run went on (seen
+    on a loaded machine): the demo asks again, within its attempts, as it does after a 503."""
+    import http.server
+    import threading
+
+    asked = []
+    wait = time.sleep  # the server's own, before the demo's back-off is taken away below
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            if self.path == "/api/late" and len(asked) == 1 or self.path == "/api/never":
+                wait(1.5)  # past the client's timeout
+            body = b'{"state_type": "RUNNING"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(demo, "API", f"http://127.0.0.1:{server.server_address[1]}/api")
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)  # the back-off between attempts
+    try:
+        assert demo.http("GET", "/late", timeout=0.5) == {"state_type": "RUNNING"}
+        assert asked == ["/api/late", "/api/late"]
+        asked.clear()
+        with pytest.raises(TimeoutError):
+            demo.http("GET", "/never", timeout=0.3, attempts=3)
+        assert asked == ["/api/never"] * 3
+    finally:
+        server.shutdown()
+        server.server_close()
