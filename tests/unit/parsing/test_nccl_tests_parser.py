@@ -230,6 +230,14 @@ def test_json_strings_for_nan_and_booleans_are_understood():
     assert result.out_of_bounds_ok is False and result.hard_failures()
 
 
+@pytest.mark.parametrize("key", ["rank", "hostname", "device"])
+def test_a_json_device_without_its_rank_host_or_gpu_is_a_parse_error_naming_the_entry_and_key(key):
+    doc = json.loads(read("nccl_sendrecv_pair.json"))
+    del doc["config"]["devices"][3][key]
+    with pytest.raises(ParseError, match=rf"^nccl-tests JSON: config.devices\[3\] lacks '{key}'$"):
+        parse_nccl_json(json.dumps(doc))
+
+
 def test_json_plus_the_runs_stdout_gains_the_efa_evidence():
     result = with_log(parse_nccl_json(read("nccl_sendrecv_pair.json")), read("nccl_alltoall_pair_p5en_efa.txt"))
     assert result.evidence.efa
