@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -66,12 +67,31 @@ def test_a_server_binding_every_interface_inside_is_reached_only_through_its_for
         server.wait()
 
 
+def _reset_by_the_far_end(port: int, text: bytes) -> bool:
+    """Whether the far end reset the connection, at whichever step the client first meets the
+    reset: the send or the read (ECONNRESET, EPIPE), or the shutdown, when the reset came before it
+    (ENOTCONN: only a reset takes a connected socket to CLOSED; after an orderly close, FIN, the
+    shutdown works and the read returns b''). On a loaded machine the forwarder's reset came before
+    the shutdown, and a test that expected it at the read failed."""
+    with socket.create_connection((ADDRESS, port), timeout=5) as sock:
+        try:
+            sock.sendall(text)
+            sock.shutdown(socket.SHUT_WR)
+            sock.recv(100)
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except OSError as e:
+            if e.errno != errno.ENOTCONN:
+                raise
+            return True
+        return False
+
+
 def test_a_forwarder_to_nothing_listening_inside_closes_the_connection(namespace):
     port = free_port(ADDRESS)
     forwarder = netns.Forwarder(namespace, (ADDRESS, port)).start()
     try:
-        with pytest.raises(ConnectionResetError):
-            _ask(port, b"anyone?")
+        assert _reset_by_the_far_end(port, b"anyone?")
     finally:
         forwarder.stop()
 
