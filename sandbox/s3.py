@@ -29,7 +29,7 @@ from sandbox.ports import NoFreePort, bindable, free_port
 
 # Dummy credentials: the sandbox S3 accepts these and nothing else. PDLIFT_SANDBOX_SECRET_KEY (read
 # once, here, by every sandbox process) replaces the secret: a test's recognisable canary that it then
-# looks for wherever pdlift writes (tests/e2e/test_canary_secret.py).
+# looks for wherever pdlift writes (tests/e2e/test_demo.py).
 ACCESS_KEY = "AKIAPDLIFTSANDBOX000"
 SECRET_KEY = os.environ.get("PDLIFT_SANDBOX_SECRET_KEY") or "pdlift-sandbox-secret-not-a-real-key"
 REGION = "us-east-2"

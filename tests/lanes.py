@@ -71,9 +71,8 @@ MEASURED_MODULES = (
 )
 # Not here, though each runs a whole migrate with a gate, because an INCONCLUSIVE gate (a load
 # generator lagging on a busy machine) does not change their verdict, so they run in the other lane:
-# tests/e2e/test_canary_secret.py (its subject is where a secret goes) and tests/e2e/test_demo.py
-# (what the demo prints and leaves) approve such a gate, as a person would, and assert which way
-# it went; tests/e2e/test_chaos_slice.py's campaign gives a person 30 s, then rolls back: a
+# tests/e2e/test_demo.py (what the demo prints and leaves, and where its canary secrets go) approves
+# such a gate, as a person would, and asserts which way it went; tests/e2e/test_chaos_slice.py's campaign gives a person 30 s, then rolls back: a
 # decision its judge accepts, as it accepts a promotion.
 # Modules that use one session stack: one worker sets it up for all of them.
 SHARED_GROUPS = {
@@ -87,7 +86,6 @@ LONG_FIRST = (
     "tests/e2e/test_postgres_server.py",
     "tests/e2e/test_chaos_slice.py",
     "tests/e2e/test_demo.py",
-    "tests/e2e/test_canary_secret.py",
     "tests/flows/test_recreate.py",
     "tests/flows/test_rolling.py",
     "tests/e2e/test_browser.py",

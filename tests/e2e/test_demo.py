@@ -1,16 +1,35 @@
 """`scripts/demo` as a new operator runs it: a short header naming the log, a line per step and per
 stage, then the summary; `pdlift status` on the account before (nothing) and after (the fleet).
 
+The same run carries canary secrets (tests/fixtures/canary.py): the sandbox accepts only a
+recognisable AWS secret key (PDLIFT_SANDBOX_SECRET_KEY: its S3 and the Kubernetes stand-in's STS
+check verify SigV4 with it), and the operator's SSH key is the sandbox's key encrypted with a
+canary passphrase, read from the variable the blueprint's aws.ssh.key_passphrase_env names. After
+the demo, a second run of the weights stage, from a worker whose AWS secret is wrong (a second
+canary), fails. Neither canary, nor its base64, base64url, percent- or JSON-encoded forms, nor its
+recognisable prefix alone, may then be in any log, artifact, event, flow or task run (parameters,
+state messages, every state of the history), deployment, variable, work pool, ledger record, or
+file under the state directory (the demo's log, its servers' logs, the Prefect home with the
+server's database and results). The only files allowed to hold the secret are the credential files
+handed to an operator to source (the sandbox's sandbox.env, the demo's demo.env) and the sandbox
+S3 server's identity file.
+
 It runs on a sandbox of its own (its own state directory, node addresses and SSH port, so no
-other test's sandbox is touched) and stops everything with `scripts/demo --down`."""
+other test's sandbox is touched) and stops everything with `scripts/demo --down`.
+It runs in the suite's other lane (tests/lanes.py): what the demo prints and where the secrets go
+is its subject, not the gate, so should its short benchmark be INCONCLUSIVE (a lagging load
+generator on a busy machine), the test approves the paused gate as a person would."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -19,7 +38,9 @@ import yaml
 
 from sandbox.s3 import free_port
 from tests.fixtures import loopback
+from tests.fixtures import canary
 from tests.fixtures.blueprints import quick_gate
+from tests.fixtures.prefect_server import Deployed, PrefectServer, _server_env, _stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +52,7 @@ def _blueprint(tmp_path: Path) -> tuple[Path, str, int]:
     doc = yaml.safe_load((REPO / "blueprints" / "sandbox-2p2d.yaml").read_text())
     base, port = loopback.node_base(), free_port()
     doc["sandbox"].update({"node_address_base": base, "ssh_port": port, "model_size_mb": 64})
-    doc["aws"]["ssh"]["port"] = port
+    doc["aws"]["ssh"].update({"port": port, "key_passphrase_env": canary.PASSPHRASE_ENV})
     # What the demo prints and leaves, not its gate: one short point and wide margins, so a busy
     # machine does not suspend the run for a person (tests/fixtures/blueprints.py).
     quick_gate(doc)
@@ -45,7 +66,7 @@ def _sandbox_env(state: Path) -> dict[str, str]:
     for line in (state / "sandbox.env").read_text().splitlines():
         if line.startswith("export ") and "=" in line:
             key, value = line[len("export "):].split("=", 1)
-            env[key] = value.strip().strip("'\"")
+            env[key] = shlex.split(value)[0] if value else ""
     return env
 
 
@@ -92,19 +113,29 @@ def _demo(args: list[str], env: dict[str, str], port: int, state: Path) -> tuple
     return proc.returncode, "".join(printed), "".join(errors), bool(answers)
 
 
-def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_path):
+def test_the_demo_is_quiet_names_its_log_status_shows_its_fleet_and_its_canary_secrets_are_nowhere(tmp_path):
     state = tmp_path / "state"
     bp, _, _ = _blueprint(tmp_path)
     port = free_port()
+    # The operator's shell: the sandbox's secret (the canary) and the SSH key's passphrase.
     env = {**os.environ, "PDLIFT_STATE_DIR": str(state), "PDLIFT_PREFECT_PORT": str(port),
-           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PDLIFT_SANDBOX_SECRET_KEY": canary.CANARY_SECRET, canary.PASSPHRASE_ENV: canary.CANARY_PASSPHRASE}
     env.pop("PREFECT_API_URL", None)
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    wrong_worker: list[subprocess.Popen] = []
     try:
         # An empty account first: the sandbox up, nothing of this deployment in it.
         up = subprocess.run([str(REPO / "scripts" / "sandbox"), "up", "--blueprint", str(bp)], env=env, cwd=REPO,
                             capture_output=True, text=True, timeout=300)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        status_env = {**env, **_sandbox_env(state)}
+        sandbox_env = _sandbox_env(state)
+        assert sandbox_env["AWS_SECRET_ACCESS_KEY"] == canary.CANARY_SECRET  # what the sandbox accepts, and nothing else
+        # The key the sandbox hands the operator, now with a passphrase (the sandbox only reads its .pub).
+        key = Path(sandbox_env["PDLIFT_SSH_KEY_FILE"])
+        assert not canary.is_encrypted(key)
+        canary.encrypted_copy(key, key)
+        status_env = {**env, **sandbox_env}
         # Read from an older copy of the blueprint (its image by tag: a rule about what runs refuses
         # it), as an operator with last year's file would: status only reads, so it answers.
         older = tmp_path / "older.yaml"
@@ -149,9 +180,77 @@ def test_the_demo_is_quiet_names_its_log_and_status_shows_the_fleet_it_made(tmp_
         screen = _status(bp, status_env).stdout
         assert f"fleet of run {fleet['run_id']}: 4 node(s)" in screen
         assert f"last gate: {shown['gate']['outcome']} (run {fleet['run_id']}" in screen, screen
+
+        assert canary.is_encrypted(key)  # the demo ran with the encrypted key: its `sandbox up` left it as it was
+        server = PrefectServer(f"http://127.0.0.1:{port}/api", {}, state / "demo" / "prefect-home", None)
+        _a_wrong_secret_fails_saying_so(server, port, state, bp, fleet["run_id"], wrong_worker)
+        _the_canaries_are_nowhere(server, state, since, fleet["run_id"])
     finally:
+        for proc in wrong_worker:
+            _stop(proc)
         subprocess.run([str(REPO / "scripts" / "demo"), "--down"], env=env, cwd=REPO, capture_output=True,
                        timeout=300)
+
+
+def _stop_demo_worker(state: Path) -> None:
+    """The demo's worker gone, as `scripts/demo --down` stops it (its process group, SIGTERM first)."""
+    pid_file = state / "demo" / "worker.pid"
+    pid = int(pid_file.read_text())
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+    pid_file.unlink()  # so `scripts/demo --down` does not signal whatever has the number next
+
+
+def _a_wrong_secret_fails_saying_so(server: PrefectServer, port: int, state: Path, bp: Path, run_id: str,
+                                    workers: list[subprocess.Popen]) -> None:
+    """The demo run's weights again, from a worker whose AWS secret is wrong: it fails, saying so without it."""
+    _stop_demo_worker(state)
+    worker_env = {**_server_env(server.home, port), **_sandbox_env(state),
+                  "PDLIFT_REPO": str(REPO), "PYTHONPATH": str(REPO), "PDLIFT_STATE_DIR": str(state),
+                  canary.PASSPHRASE_ENV: canary.CANARY_PASSPHRASE, "AWS_SECRET_ACCESS_KEY": canary.WRONG_SECRET}
+    deployed = Deployed(server, worker_env, state, log_dir=server.home)
+    workers.append(deployed.start_worker())
+    _, wrong = deployed.create_run("migrate", "migrate", {"params": {
+        "blueprint": str(bp), "run_id": run_id, "stages": ["weights"], "rerun": ["weights"]}})
+    failed = canary.wait_ended(server, wrong["id"], timeout_s=180)
+    failure_log = canary.logs(server, wrong["id"])
+    assert failed["state_type"] == "FAILED", failed["state"]["message"] + failure_log[-4000:]
+    assert re.search(r"SignatureDoesNotMatch|AccessDenied|access denied|credentials", failure_log, re.I), \
+        failure_log[-4000:]
+
+
+# The credential files an operator is handed to source (the sandbox's, the demo's), and the identity
+# file the sandbox's S3 server checks signatures against: the only files that may hold the secret.
+CREDENTIAL_FILES = {"sandbox.env", "demo/demo.env", "sandbox/s3/s3-identity.json"}
+
+
+def _the_canaries_are_nowhere(server: PrefectServer, state: Path, since: str, run_id: str) -> None:
+    from tasks.adapters.ledger_store import LedgerStore
+
+    leaks = {}
+    for kind, records in canary.prefect_records(server, since).items():
+        if where := canary.hits(json.dumps(records).encode()):
+            leaks[f"Prefect API: {kind}"] = where
+    ledger = LedgerStore(state).load("sandbox-2p2d", run_id)
+    assert ledger is not None and ledger.records
+    if where := canary.hits(json.dumps(ledger.to_dict(), default=str).encode()):
+        leaks["ledger"] = where
+    in_state = canary.files_with_canary(state)  # the Prefect home (state/demo/prefect-home) included
+    assert "sandbox.env" in in_state and "demo/demo.env" in in_state  # the search does find the canary where it is
+    for rel, where in in_state.items():
+        if rel not in CREDENTIAL_FILES:
+            leaks[f"state dir: {rel}"] = where
+    assert not leaks, json.dumps(leaks, indent=1)[:6000]
 
 
 def test_a_failing_step_prints_its_last_lines_and_the_log_and_stops(tmp_path):
