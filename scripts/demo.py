@@ -402,10 +402,50 @@ def summary(flow_run_id: str, fr: dict, blueprint: str, env: dict[str, str]) -> 
     say("Stop everything: scripts/demo --down")
 
 
+def flow_run_processes() -> list[int]:
+    """The flow-run processes of the demo's worker still alive: those with the demo's Prefect home
+    and a flow run id in their environment (the worker hands both down; Linux's /proc)."""
+    home = f"PREFECT_HOME={DEMO / 'prefect-home'}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone since the listing, or not ours to read
+            continue
+        if home in environ and any(item.startswith(b"PREFECT__FLOW_RUN_ID=") for item in environ):
+            found.append(int(entry.name))
+    return found
+
+
+FLOW_RUN_GRACE_S = 10  # after SIGTERM: a flow run's engine reports its state before it exits
+
+
+def stop_flow_runs() -> None:
+    """Stop what the worker started. Prefect's process worker starts each flow run in a session of
+    its own (prefect/runner/_starter_engine.py, isolate_process_group), so stopping the worker's
+    process group leaves them: a run paused for a person's approval would wait on, for hours, after
+    `--down`."""
+    for pid in flow_run_processes():
+        for sig, grace in ((signal.SIGTERM, FLOW_RUN_GRACE_S), (signal.SIGKILL, 2)):
+            try:
+                os.killpg(os.getpgid(pid), sig)
+            except OSError:
+                break
+            deadline = time.monotonic() + grace
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not _alive(pid):
+                print(f"demo: stopped flow run process {pid}")
+                break
+
+
 def down() -> None:
     import demo_postgres
 
     stop("worker")
+    stop_flow_runs()
     stop("webhook")
     stop("prefect-server")
     demo_postgres.stop(DEMO)

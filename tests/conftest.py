@@ -1,6 +1,7 @@
 """Shared test set-up: loopback only, telemetry off, one Prefect test harness per session."""
 
 import os
+from pathlib import Path
 
 # Set before anything imports prefect or boto3: no telemetry, no real AWS, no real cluster.
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -21,10 +22,22 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """One temporary Prefect API server and database for the whole session (Prefect's advice)."""
-    from prefect.testing.utilities import prefect_test_harness
+    """One temporary Prefect API server and database for the whole session (Prefect's advice),
+    the database a copy of a migrated one (tests/fixtures/prefect_server.py, ``seeded_database``):
+    the harness's server would otherwise run every migration before it answers (22 s here, not 5.6).
+    The harness makes its database directory with ``mkdtemp`` and names the file in it; it is given
+    a directory that already holds that file."""
+    import tempfile
+    from unittest import mock
 
-    with prefect_test_harness(server_startup_timeout=120):
+    from prefect.testing import utilities
+
+    from tests.fixtures.prefect_server import seeded_database
+
+    directory = tempfile.mkdtemp(prefix="pdlift-harness-")
+    seeded_database(Path(directory) / "prefect-test.db")
+    with mock.patch.object(utilities, "mkdtemp", return_value=directory), \
+            utilities.prefect_test_harness(server_startup_timeout=120):
         yield
 
 
