@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import random
 import socket
+import threading
+import time
 from pathlib import Path
 
 LOWEST = 10000
@@ -36,6 +38,15 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
 # Independent of the `random` module's global seed, which seeded tests and benchmarks set.
 _PICK = random.SystemRandom()
+# The ports this process has handed out, and when. A port is checked free here, then bound only
+# once the server it was chosen for starts: a second draw in between found it still free and handed
+# it out again (an engine stack's four ports drawn one after another, two of them equal: "[Errno 98]
+# address already in use" when the second of its servers started, in a suite run). None is handed
+# out again within HANDED_FOR_S; by then its server has bound it (so it is not bindable) or never will.
+HANDED_FOR_S = 300.0
+_HANDED: dict[int, float] = {}
+_HANDED_LOCK = threading.Lock()
+_now = time.monotonic
 # The suite's slots ("FIRST,TOTAL", set by scripts/test for each lane). A test that clears a child's
 # environment keeps this one: without it the child draws ports from another lane's slice.
 SLOT_VARIABLE = "PDLIFT_TEST_SLOTS"
@@ -108,14 +119,21 @@ def free_port(host: str = "127.0.0.1", span: int = 1, also: tuple[str, ...] = ()
     low = LOWEST
     if suite_slot()[1] > 1:  # its share of the ports below the fabric's; their SeaweedFS offsets follow
         low, high = suite_share(LOWEST, min(high, FABRIC_PORTS.start - span))
-    for _ in range(tries):
-        port = _PICK.randint(low, high)
-        wanted = [port + i for i in range(span)] + [port + o for o in offsets]
-        # The run itself only: an offset of 10000 (SeaweedFS's gRPC ports) below the ephemeral range
-        # cannot keep out of 20000-31999 too.
-        if any(p in FABRIC_PORTS for p in wanted[:span]) or any(p in BROWSER_BAD_PORTS for p in wanted):
-            continue
-        if all(bindable(p, h) for h in (host, *also) for p in wanted):
-            return port
+    with _HANDED_LOCK:
+        now = _now()
+        for stale in [p for p, at in _HANDED.items() if now - at >= HANDED_FOR_S]:
+            del _HANDED[stale]
+        for _ in range(tries):
+            port = _PICK.randint(low, high)
+            wanted = [port + i for i in range(span)] + [port + o for o in offsets]
+            # The run itself only: an offset of 10000 (SeaweedFS's gRPC ports) below the ephemeral range
+            # cannot keep out of 20000-31999 too.
+            if any(p in FABRIC_PORTS for p in wanted[:span]) or any(p in BROWSER_BAD_PORTS for p in wanted):
+                continue
+            if any(p in _HANDED for p in wanted):
+                continue
+            if all(bindable(p, h) for h in (host, *also) for p in wanted):
+                _HANDED.update(dict.fromkeys(wanted, now))
+                return port
     raise NoFreePort(f"no free port run (span {span}, offsets {offsets}) on {host} {' '.join(also)} "
                      f"in {tries} tries below {ephemeral_low()}")

@@ -23,9 +23,19 @@ class _Sequence:
 
 @pytest.fixture(autouse=True)
 def outside_the_suite(request, monkeypatch):
-    """One slot, as outside scripts/test, but for the tests of the slots themselves."""
+    """One slot, as outside scripts/test, but for the tests of the slots themselves; none of this
+    process's earlier ports handed out."""
     if "slots" not in request.node.name:
         monkeypatch.setattr(ports, "suite_slot", lambda: (0, 1))
+    monkeypatch.setattr(ports, "_HANDED", {})
+
+
+def _found(**run) -> int:
+    """A port (with its run and offsets) free now, then forgotten as handed out, so that the test can
+    have the pick draw it again."""
+    port = ports.free_port(**run)
+    ports._HANDED.clear()
+    return port
 
 
 @pytest.fixture()
@@ -56,7 +66,7 @@ def test_the_ephemeral_range_is_read_from_the_kernel(monkeypatch, tmp_path):
 
 
 def test_a_port_whose_run_or_offset_is_held_is_skipped(monkeypatch, listener):
-    free = ports.free_port(span=2, offsets=(9,))
+    free = _found(span=2, offsets=(9,))
     monkeypatch.setattr(ports, "ephemeral_low", lambda: 65000)
     # listener - 1: its run of 2 reaches the held port; listener - 9: its offset does.
     monkeypatch.setattr(ports, "_PICK", _Sequence(listener - 1, listener - 9, free))
@@ -81,7 +91,7 @@ def test_the_fabric_stages_control_ports_are_never_chosen(monkeypatch):
     from tasks.planning.fabric import commands
 
     assert ports.FABRIC_PORTS == range(commands.PORT_LOW, commands.PORT_LOW + commands.PORT_SPAN)
-    free = ports.free_port(span=2)
+    free = _found(span=2)
     # 25000 inside; 19999's run of 2 reaches 20000, the first; 31998's reaches 31999, the last.
     monkeypatch.setattr(ports, "_PICK", _Sequence(25000, 19999, 31998, free))
     assert ports.free_port(span=2) == free
@@ -90,7 +100,7 @@ def test_the_fabric_stages_control_ports_are_never_chosen(monkeypatch):
 def test_a_port_a_browser_refuses_is_never_chosen_for_a_run_or_an_offset(monkeypatch):
     """The UI of a Prefect server on 10080 cannot be opened (Chromium: ERR_UNSAFE_PORT)."""
     assert 10080 in ports.BROWSER_BAD_PORTS and 10079 not in ports.BROWSER_BAD_PORTS
-    free = ports.free_port(span=2, offsets=(3,))
+    free = _found(span=2, offsets=(3,))
     # 10080 itself; 10079's run of 2 reaches it; 10077's offset of 3 does.
     monkeypatch.setattr(ports, "_PICK", _Sequence(10080, 10079, 10077, free))
     assert ports.free_port(span=2, offsets=(3,)) == free
@@ -146,3 +156,35 @@ def test_a_sandbox_start_gives_seaweedfs_none_of_the_ports_it_chose_for_aws_and_
     sandbox._choose_ports({}, {"aws", "kube", "s3"})
     chosen = [sandbox.settings["aws_port"], sandbox.settings["kube_port"], *sandbox.settings["s3_ports"].values()]
     assert len(set(chosen)) == len(chosen) == 2 + len(sandbox_s3.SERVERS), chosen
+
+
+def _unbound_ports(count: int) -> list[int]:
+    """``count`` ports free now, each a run of 1, none a port the pick may not return."""
+    found: list[int] = []
+    while len(found) < count:
+        port = ports._PICK.randint(ports.LOWEST, ports.FABRIC_PORTS.start - 1)
+        if port not in found and port not in ports.BROWSER_BAD_PORTS and ports.bindable(port, "127.0.0.1"):
+            found.append(port)
+    return found
+
+
+def test_a_port_handed_out_and_not_yet_bound_is_not_handed_out_again_until_its_time_is_up(monkeypatch):
+    """An engine stack draws four ports, then starts its servers: two equal draws gave two servers
+    one port ("[Errno 98] address already in use", seen in a suite run)."""
+    first, second, third = _unbound_ports(3)
+    clock = [1000.0]
+    monkeypatch.setattr(ports, "_now", lambda: clock[0])
+    monkeypatch.setattr(ports, "_PICK", _Sequence(first, first, second, first, third, first))
+    assert ports.free_port() == first
+    assert ports.free_port() == second  # the repeated draw skipped, though nothing listens on it
+    clock[0] += ports.HANDED_FOR_S - 0.01
+    assert ports.free_port() == third  # still within its time
+    clock[0] += 0.01
+    assert ports.free_port() == first  # its time up: free again, so handed out again
+
+
+def test_every_port_of_a_run_and_its_offsets_counts_as_handed_out(monkeypatch):
+    base, other = _unbound_ports(2)
+    monkeypatch.setattr(ports, "_PICK", _Sequence(base, base + 1, other))
+    assert ports.free_port(span=2) == base
+    assert ports.free_port() == other  # base + 1 is the first run's second port
