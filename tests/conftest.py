@@ -14,7 +14,7 @@ os.environ.pop("AWS_PROFILE", None)
 # Fixture plugins; each component adds its module here.
 pytest_plugins: list[str] = ["tests.fixtures.sandbox", "tests.fixtures.kube", "sandbox.engines.pytest_plugin",
                              "tests.fixtures.prefect_server", "tests.sandbox.bench.fixtures",
-                             "tests.fixtures.postgres"]
+                             "tests.fixtures.postgres", "tests.fixtures.early_release"]
 
 
 import pytest  # noqa: E402

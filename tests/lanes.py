@@ -84,11 +84,13 @@ SHARED_GROUPS = {
 LONG_FIRST = (
     "tests/e2e/test_two_workers_takeover.py",
     "tests/e2e/test_postgres_server.py",
+    # the last of the takeover's stack (SHARED_GROUPS): its sandbox, PostgreSQL and Prefect server
+    # are stopped after it (tests/fixtures/early_release.py), not at the end of the lane
+    "tests/e2e/test_browser.py",
     "tests/e2e/test_chaos_slice.py",
     "tests/e2e/test_demo.py",
     "tests/flows/test_recreate.py",
     "tests/flows/test_rolling.py",
-    "tests/e2e/test_browser.py",
     "tests/e2e/test_prefect_deployments.py",
     "tests/sandbox/fabric/test_fabric_replace.py",
     "tests/sandbox/fabric/test_fabric_stage.py",
