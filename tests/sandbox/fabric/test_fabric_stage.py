@@ -120,7 +120,11 @@ def test_when_every_node_fails_the_same_layer_nothing_is_replaced(launched):
 def test_a_hung_nccl_test_is_stopped_at_its_timeout_and_leaves_no_process_on_the_node(launched):
     node = launched.nodes()[1]
     launched.fault(node.name, hang=["all_reduce_perf"], **FOUR_NICS)
-    outcome = validate(launched, [node], launched.spec(replace_attempts=0, test_timeout_s=3, **FOUR_NICS))
+    # The timeout holds every layer's commands, the loopbacks before the hung all_reduce too: a
+    # loopback takes 0.7 s alone and 2.2-2.6 s in the other lane's cpu group beside a busy measured
+    # lane (tests/lanes.py), and at 3 s one ran past it in a fresh-clone run of 1288521, so the node
+    # was isolated at the loopback layer instead. 10 s leaves them four times that.
+    outcome = validate(launched, [node], launched.spec(replace_attempts=0, test_timeout_s=10, **FOUR_NICS))
     assert not outcome.passed
     layer = outcome.passes[-1].layers[-1]
     assert layer.name == "single-node" and node.name in layer.isolate
