@@ -33,6 +33,8 @@ from sandbox.engines.settings import REPO_ROOT
 SHELLS = {"sh", "bash", "dash", "ash"}
 SHIMMED = ("vllm", "vllm-router", "mooncake_master", "python", "python3")
 VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+STAND_INS = {"vllm", "vllm-router", "mooncake_master", "dcgm-exporter"}
+ENGINE_MODULES = {*VLLM_MODULES, "sglang.launch_server", "sglang_router.launch_router"}
 USAGE = "usage: python -m sandbox.engines -- COMMAND [ARGS...]"
 
 
@@ -128,10 +130,34 @@ def _die_with_shell_parent() -> None:
         pass
 
 
+def _import_aiohttp_without_ca_bundle() -> None:
+    """Import aiohttp (every stand-in serves with it) without reading the system's CA bundle.
+
+    aiohttp builds two default SSL contexts when it is imported (aiohttp/connector.py,
+    ``_SSL_CONTEXT_VERIFIED``), and OpenSSL parses the whole bundle for the verified one: about
+    90 ms of a stand-in's 300 ms of imports, in each of the few hundred engine, router and exporter
+    processes a test run starts. The stand-ins speak plain HTTP on loopback and never verify a
+    peer; the bundle's variables point nowhere only while aiohttp is imported, so nothing this
+    process starts afterwards inherits them."""
+    saved = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    os.environ["SSL_CERT_FILE"] = os.devnull
+    os.environ["SSL_CERT_DIR"] = os.devnull
+    try:
+        import aiohttp  # noqa: F401
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def dispatch(argv: list[str]) -> int:
     name = os.path.basename(argv[0])
     if name in SHELLS and len(argv) > 1 and argv[1].startswith("-") and "c" in argv[1][1:]:
         return _exec_shell(argv)
+    if name in STAND_INS or (name.startswith("python") and _python_module(argv[1:])[0] in ENGINE_MODULES):
+        _import_aiohttp_without_ca_bundle()
     if name == "vllm":
         if argv[1:2] != ["serve"]:
             print("usage: vllm <command> [options]\nvllm: error: argument subparser: invalid choice: "

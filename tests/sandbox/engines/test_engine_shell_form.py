@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 from sandbox.engines.tokenizer import make_prompt
 
@@ -97,3 +99,25 @@ def test_a_dp_decode_group_serves_one_port_per_local_rank_once_both_pods_joined(
         for rank_port in (port, port + 1):
             [result] = run(f"http://{host}:{rank_port}/v1/completions", [completion("a b c", 2)])
             assert result.status == 200 and len(result.texts) == 2
+
+
+def test_a_stand_in_imports_aiohttp_without_the_ca_bundle_and_leaves_the_environment_as_it_was(tmp_path):
+    """sandbox/engines/launch.py: the bundle's variables point nowhere only during the import; the
+    stand-in's own environment, and so what it starts, keeps the values it was given (or none)."""
+    import subprocess
+    import sys
+
+    script = ("import os, sys\n"
+              "from sandbox.engines import launch\n"
+              "launch._import_aiohttp_without_ca_bundle()\n"
+              "import aiohttp.connector\n"
+              "print(aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'],\n"
+              "      os.environ.get('SSL_CERT_FILE'), os.environ.get('SSL_CERT_DIR'))\n")
+    repo = Path(__file__).resolve().parents[3]
+    base = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    given = {**base, "PYTHONPATH": str(repo), "SSL_CERT_FILE": str(tmp_path / "ca.pem")}
+    out = subprocess.run([sys.executable, "-c", script], env=given, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["0", str(tmp_path / "ca.pem"), "None"], out.stderr
+    unset = {**base, "PYTHONPATH": str(repo)}
+    out = subprocess.run([sys.executable, "-c", script], env=unset, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["0", "None", "None"], out.stderr
