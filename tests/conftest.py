@@ -14,7 +14,8 @@ os.environ.pop("AWS_PROFILE", None)
 # Fixture plugins; each component adds its module here.
 pytest_plugins: list[str] = ["tests.fixtures.sandbox", "tests.fixtures.kube", "sandbox.engines.pytest_plugin",
                              "tests.fixtures.prefect_server", "tests.sandbox.bench.fixtures",
-                             "tests.fixtures.postgres", "tests.fixtures.early_release", "tests.fixtures.timeline"]
+                             "tests.fixtures.postgres", "tests.fixtures.early_release",
+                             "tests.fixtures.timeline"]
 
 
 import pytest  # noqa: E402
@@ -61,24 +62,12 @@ def pytest_xdist_make_scheduler(config, log):
     marks group nothing (pytest-dev/pytest-xdist#1386, open)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from collections import OrderedDict
-
     from xdist.scheduler import LoadScopeScheduling
 
     from tests import lanes
 
     class LaneScheduling(LoadScopeScheduling):
-        placed = False
-
         def _split_scope(self, nodeid: str) -> str:
             return lanes.group_of(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            # The queue is complete (xdist's order) before the first unit leaves it.
-            if not self.placed:
-                self.placed = True
-                order = lanes.other_lane_queue(list(self.workqueue))
-                self.workqueue = OrderedDict((unit, self.workqueue[unit]) for unit in order)
-            super()._assign_work_unit(node)
 
     return LaneScheduling(config, log)

@@ -40,9 +40,12 @@ slower while the other is busy (1.56 s alone, 1.75-1.86 s beside two loops in th
 The other lane runs ``--dist loadgroup``: a module's tests stay in one worker (its module
 fixtures are set up once), and modules that share a costly session stack form one unit
 (SHARED_GROUPS; the scheduler is tests/conftest.py's). xdist hands out the units with the most
-tests first (its ``--loadscope-reorder``, on by default), which put the long end-to-end modules of
-that lane in its second half (one run: canary at 5 minutes, demo at 9, chaos at 10 of 16); its two
-longest now have places of their own in the queue (OTHER_LANE_PLACES).
+tests first (its ``--loadscope-reorder``, on by default), so the long end-to-end modules of that
+lane start in its second half (one run: canary at 5 minutes, demo at 9, chaos at 10 of 16).
+Tried and measured worse too: the chaos slice first and the demo after 40 units (about 4 minutes
+in). Beside the takeover, which the measured lane runs first, and each other, the chaos slice took
+669 s instead of 362-424 s, the demo 621 s instead of 297-375 s, and the takeover 500 s instead
+of 452 s: the other lane is short of CPU all along, and its long units start late at no cost.
 (``--dist load`` balances test by test, but hands each worker its first quarter of the tests in
 one consecutive chunk: every long module to the first worker.)
 Tried and measured worse: the units longest first (the reorder off, LONG_FIRST by median module
@@ -105,26 +108,6 @@ LONG_FIRST = (
     "tests/sandbox/test_s3_and_model.py",
     "tests/unit/bench/test_gate_simulation.py",
 )
-
-# Where the other lane's xdist queue takes its two longest units (each a whole migration with its
-# own Prefect server, sandbox and fleet), counted in units from the front; every other unit keeps
-# xdist's order (most tests first). Ordered by count alone they came last (in a fresh-clone run:
-# the demo about 680 s into the lane, the chaos slice about 800 s, whose 362 s then ended the lane
-# at 1,188 s while the other two workers had run out of units). The chaos slice now starts
-# first; the demo after 40 units (about 500 s of the others' test time in that run, so about 250 s
-# into the lane on the two free workers), when the chaos slice is past most of its migration: the
-# two never start together (with the canary check as a third, all three at once starved their
-# Prefect servers: a poll over 10 s, above).
-OTHER_LANE_PLACES = {"tests/e2e/test_chaos_slice.py": 0, "tests/e2e/test_demo.py": 40}
-
-
-def other_lane_queue(units: list[str]) -> list[str]:
-    """The other lane's units (xdist's order) with OTHER_LANE_PLACES' moved to their places."""
-    rest = [unit for unit in units if unit not in OTHER_LANE_PLACES]
-    for unit, place in sorted(OTHER_LANE_PLACES.items(), key=lambda item: item[1]):
-        if unit in units:
-            rest.insert(min(place, len(rest)), unit)
-    return rest
 
 
 def module_of(nodeid: str) -> str:

@@ -33,7 +33,7 @@ from sandbox.engines.settings import REPO_ROOT
 SHELLS = {"sh", "bash", "dash", "ash"}
 SHIMMED = ("vllm", "vllm-router", "mooncake_master", "python", "python3")
 VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
-STAND_INS = {"vllm", "vllm-router", "mooncake_master", "dcgm-exporter"}
+STAND_INS = {"vllm", "vllm-router", "mooncake_master"}  # dcgm-exporter serves without aiohttp (dcgm.py)
 ENGINE_MODULES = {*VLLM_MODULES, "sglang.launch_server", "sglang_router.launch_router"}
 USAGE = "usage: python -m sandbox.engines -- COMMAND [ARGS...]"
 

@@ -7,8 +7,10 @@ The token is made the way `aws eks get-token` makes it (a presigned STS GetCalle
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import tempfile
+import weakref
 from dataclasses import dataclass
 
 from kubernetes import client as k8s
@@ -31,7 +33,28 @@ def describe_cluster(eks_client, name: str) -> Cluster:
     return Cluster(name, out["endpoint"], (out.get("certificateAuthority") or {}).get("data", ""), cidr)
 
 
-def api_client(cluster: Cluster, sts_client) -> k8s.ApiClient:
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+class EksApiClient(k8s.ApiClient):
+    """An ApiClient whose cluster CA is a file of its own (urllib3 reads it for each new connection),
+    removed when the client is closed, or else when it is collected or the process exits: a worker
+    runs many flows, and each left a ``pdlift-ca-*.pem`` in the temporary directory before."""
+
+    def __init__(self, configuration: k8s.Configuration, ca_path: str):
+        super().__init__(configuration)
+        self._remove_ca = weakref.finalize(self, _remove_quietly, ca_path)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._remove_ca()
+
+
+def api_client(cluster: Cluster, sts_client) -> EksApiClient:
     """An ApiClient that presents a fresh EKS token on every request."""
     config = k8s.Configuration()
     config.host = cluster.endpoint
@@ -47,5 +70,9 @@ def api_client(cluster: Cluster, sts_client) -> k8s.ApiClient:
         conf.api_key_prefix["authorization"] = "Bearer"
 
     config.refresh_api_key_hook = refresh
-    refresh(config)
-    return k8s.ApiClient(config)
+    try:
+        refresh(config)
+    except BaseException:
+        _remove_quietly(ca_file.name)
+        raise
+    return EksApiClient(config, ca_file.name)

@@ -50,3 +50,48 @@ def test_gpus_nobody_holds_are_idle_and_a_process_that_stopped_publishing_is_gon
     collector.collect()
     assert all(s.value == 0 and "pod" not in s.labels
                for s in parse_prometheus(collector.render()) if s.name == "DCGM_FI_DEV_GPU_UTIL")
+
+
+def test_the_exporter_process_serves_the_collected_utilisation_at_metrics_every_interval(tmp_path):
+    """`dcgm-exporter` as a pod runs it: /metrics in the Prometheus text format, collected again
+    every interval (-c, ms), /health OK, another path 404, and a client's kept-alive connection served."""
+    import http.client
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sandbox.s3 import free_port
+
+    repo = Path(__file__).resolve().parents[3]
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(repo), "PDLIFT_STATE_DIR": str(tmp_path), "PDLIFT_SANDBOX_NODE": "node-d"}
+    write(tmp_path, "node-d", "decode", busy_s=0.0, at=time.monotonic(), gpus=8)
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.engines", "--", "dcgm-exporter", "-k", "-c", "200",
+                             "-a", f":{port}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "Starting webserver on 127.0.0.1:" in proc.stdout.readline()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+        def get(path: str) -> tuple[int, str, str]:
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            return answer.status, answer.getheader("Content-Type"), answer.read().decode()
+
+        assert get("/health")[::2] == (200, "OK")
+        assert get("/nothing")[0] == 404
+        deadline = time.monotonic() + 20
+        while True:   # busy all the time from here: 100 % once an interval has passed since a write
+            start = time.monotonic()
+            write(tmp_path, "node-d", "decode", busy_s=start, at=start, gpus=8)
+            status, kind, text = get("/metrics")
+            values = {s.value for s in parse_prometheus(text) if s.name == "DCGM_FI_DEV_GPU_UTIL"}
+            if values == {100.0} or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert status == 200 and kind.startswith("text/plain"), (status, kind)
+        assert values == {100.0}, text
+        assert {s.labels["pod"] for s in parse_prometheus(text) if s.name == "DCGM_FI_DEV_GPU_UTIL"} == {"decode"}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
