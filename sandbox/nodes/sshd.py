@@ -159,17 +159,29 @@ def launch(*, config: Path, log: Path, namespaced: bool, overlay: str, mount_poi
                                 start_new_session=True, close_fds=True)
 
 
+# How long a node's sshd may take to listen. 10 s was too short in the suite's other lane (a tenth
+# of a contended CPU, scripts/cpu-group) on a slow day: one node's host keys took 1 s each to make,
+# its sshd listened 10.1 s after it was started, and the node was given up (RunInstances boots the
+# sandbox's nodes before it answers, and the product then waits 60 s, aws.eks.join_timeout_s, for
+# "running"). A real instance has no such bound of its own.
+READY_S = 30.0
+
+
 def wait_ready(proc: subprocess.Popen, address: str, port: int, log: Path, namespaced: bool,
-               timeout: float = 10.0) -> int:
-    """Wait until sshd accepts connections; returns sshd's PID (in the host's PID namespace)."""
+               timeout: float = READY_S) -> int:
+    """Wait until sshd accepts connections; returns sshd's PID (in the host's PID namespace).
+    One attempt is made after the deadline: a starved caller that slept past it still looks once."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        last = time.monotonic() >= deadline
         if proc.poll() is not None:
             raise SshdError(f"sshd for {address}:{port} exited ({proc.returncode}): {tail(log)}")
         try:
             with socket.create_connection((address, port), timeout=0.5):
                 pass
         except OSError:
+            if last:
+                break
             time.sleep(0.05)
             continue
         if not namespaced:
@@ -177,6 +189,8 @@ def wait_ready(proc: subprocess.Popen, address: str, port: int, log: Path, names
         children = [pid for pid, ppid in process_parents().items() if ppid == proc.pid]
         if children:
             return children[0]  # unshare --fork's child: sshd, PID 1 of the node
+        if last:
+            break
     raise SshdError(f"sshd for {address}:{port} not listening after {timeout:.0f}s: {tail(log)}")
 
 

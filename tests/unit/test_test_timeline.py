@@ -31,7 +31,7 @@ def test_second(slow):
     result = pytester.runpytest_subprocess("-p", "tests.fixtures.timeline", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     (written,) = folder.iterdir()
-    assert written.name == "timeline-main.tsv"
+    assert written.name.startswith("timeline-main-") and written.name.endswith(".tsv")
     rows = [line.split("\t") for line in written.read_text().splitlines()]
     assert [r[2] for r in rows] == ["test_t.py::test_first", "test_t.py::test_second"]
     (s1, e1), (s2, e2) = [(float(r[0]), float(r[1])) for r in rows]
