@@ -131,11 +131,12 @@ def _die_with_shell_parent() -> None:
 
 
 def _import_aiohttp_without_ca_bundle() -> None:
-    """Import aiohttp (every stand-in serves with it) without reading the system's CA bundle.
+    """Import aiohttp (the engines, routers and Mooncake master serve with it) without reading the
+    system's CA bundle.
 
     aiohttp builds two default SSL contexts when it is imported (aiohttp/connector.py,
     ``_SSL_CONTEXT_VERIFIED``), and OpenSSL parses the whole bundle for the verified one: about
-    90 ms of a stand-in's 300 ms of imports, in each of the few hundred engine, router and exporter
+    90 ms of a stand-in's 270 ms of imports, in each of the few hundred engine and router
     processes a test run starts. The stand-ins speak plain HTTP on loopback and never verify a
     peer; the bundle's variables point nowhere only while aiohttp is imported, so nothing this
     process starts afterwards inherits them."""
