@@ -115,7 +115,11 @@ class Collector:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """``/metrics`` and ``/health``, as the real exporter's Go HTTP server answers them. The standard
+    """``/metrics`` and ``/health``, as the real exporter's Go HTTP server answers them
+    (NVIDIA/dcgm-exporter's server registers those two routes; docs/sources.md#dcgm-exporter), and
+    any other path as Go's net/http ``NotFound`` does: 404, "404 page not found". The product meets
+    it in tests/flows/test_benchmark_gate.py (the server figures' GPU utilisation) and
+    tests/sandbox/kube/test_kube_workloads.py (the GPU operator's DaemonSet). The standard
     library's server, not aiohttp as the engines use: one process of these runs on every node of
     every fleet a test run brings up (118 in one run), and aiohttp's import is 0.2-0.3 s of CPU each."""
 
