@@ -30,7 +30,8 @@ from tasks.adapters import eks as eks_adapter
 from tasks.adapters.ec2_capacity import Ec2Capacity
 from tasks.adapters.ec2_instances import Ec2Instances
 from tasks.adapters.engine_http import EngineHttp
-from tasks.adapters.kube_apply import KubeApply, api_client_from_kubeconfig
+from tasks.adapters.kube_apply import KubeApply
+from tasks.adapters.kubeconfig import api_client_from_kubeconfig
 from tasks.adapters.kube_nodes import KubeNodes
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.adapters.run_lease import RunLeases

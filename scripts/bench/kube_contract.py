@@ -54,7 +54,8 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from blueprints.loader import load_blueprint  # noqa: E402
 from sandbox.ports import free_port  # noqa: E402
-from tasks.adapters.kube_apply import FIELD_MANAGER, KubeApply, api_client_from_kubeconfig  # noqa: E402
+from tasks.adapters.kube_apply import FIELD_MANAGER, KubeApply  # noqa: E402
+from tasks.adapters.kubeconfig import api_client_from_kubeconfig  # noqa: E402
 from tasks.adapters.kube_errors import HttpStatus, translate  # noqa: E402
 from tasks.adapters.kube_nodes import KubeNodes  # noqa: E402
 from tasks.planning.manifests import render_stack, to_yaml  # noqa: E402

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -115,23 +114,6 @@ def resource_path(api_version: str, kind: str, name: str | None = None, namespac
         path += f"/namespaces/{quote(namespace)}"
     path += f"/{plural}"
     return path + (f"/{quote(name)}" if name else "")
-
-
-def api_client_from_kubeconfig(path: str, cluster: str) -> k8s.ApiClient:
-    """An ApiClient for the current context of the kubeconfig ``path`` (a KUBECONFIG value, so a
-    colon-separated list works). Refuses a context whose cluster is not ``cluster`` (equal, or an
-    EKS ARN ending in ``/cluster``): a stale KUBECONFIG must not deploy to the wrong cluster."""
-    try:
-        _, current = k8s_config.list_kube_config_contexts(config_file=path)
-        context_cluster = str(((current or {}).get("context") or {}).get("cluster", ""))
-        if context_cluster != cluster and not context_cluster.endswith("/" + cluster):
-            raise ConfigError(f"KUBECONFIG ({path}) points at cluster {context_cluster!r}, but the blueprint "
-                              f"deploys to {cluster!r}; switch the context or unset KUBECONFIG")
-        return k8s_config.new_client_from_config(config_file=path)
-    except k8s_config.ConfigException as e:
-        raise ConfigError(f"cannot use KUBECONFIG {path}: {e}") from e
-    except OSError as e:
-        raise ConfigError(f"cannot read KUBECONFIG {path}: {e}") from e
 
 
 class KubeApply:

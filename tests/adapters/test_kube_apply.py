@@ -6,7 +6,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tasks.adapters.kube_apply import FIELD_MANAGER, KubeApply, api_client_from_kubeconfig
+from tasks.adapters.kube_apply import FIELD_MANAGER, KubeApply
+from tasks.adapters.kubeconfig import api_client_from_kubeconfig
 from tasks.errors import ConfigError, RemoteUnavailable, RequestRejected, StageFailed
 from tests.fixtures.kube import ALLOWED_IMAGE_PATTERN, wait_for
 
