@@ -12,7 +12,9 @@ Contracts:
 - On timeout the command's whole process group is killed and ``RemoteCommandTimeout`` says
   whether anything survived. A non-zero exit raises ``RemoteCommandFailed`` (unless check=False).
 - Refused, reset or silent connections are retried a bounded number of times, then raise
-  ``RemoteUnavailable``; a rejected key raises ``RequestRejected``. Every error keeps its cause;
+  ``RemoteUnavailable``; a rejected key raises ``RequestRejected``. A session that a live
+  connection refuses (sshd's MaxSessions) or is slow to open runs on a connection of its own: the
+  shared one, and every command on it, goes on. Every error keeps its cause;
   ``ssh_errors`` is the one translation of paramiko's exceptions.
 """
 
@@ -94,7 +96,7 @@ class NodeShell:
         reader = ssh_exec.LineReader(on_line, redact)
         payload = ssh_exec.env_block(env, marker) + stdin
         start = time.monotonic()
-        chan = self._exec(node, command)
+        chan, own_connection = self._exec(node, command)
         try:
             code = self._pump(chan, payload, reader, start + timeout_s)
             if code is None:
@@ -109,6 +111,8 @@ class NodeShell:
             raise ssh_errors.translate(e, f"{node.label}: connection lost while running `{redact(shown)}`") from e
         finally:
             chan.close()
+            if own_connection is not None:
+                own_connection.close()
         result = CommandResult(node.name, shown, code, reader.text("stdout"), reader.text("stderr"),
                                time.monotonic() - start)
         if check and code != 0:
@@ -117,20 +121,40 @@ class NodeShell:
                                       node=node.name, exit_code=code)
         return result
 
-    def _exec(self, node: SshNode, command: str) -> paramiko.Channel:
+    def _exec(self, node: SshNode, command: str) -> tuple[paramiko.Channel, paramiko.SSHClient | None]:
+        """A session running ``command``, and the connection to close after it when that is not
+        the node's shared one (None: it is)."""
         for attempt in (1, 2):  # a cached transport may have died since: reconnect once
             client = self._client(node)
+            transport = client.get_transport()
             try:
-                chan = client.get_transport().open_session(timeout=self.settings.connect_timeout_s)
+                chan = transport.open_session(timeout=self.settings.connect_timeout_s)
                 chan.exec_command(command)
-                return chan
+                return chan, None
             except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
+                if transport is not None and transport.is_active():
+                    # The connection lives but refused this session (sshd's MaxSessions: "open
+                    # failed") or did not open it in time (a loaded node). Closing it would end
+                    # every other command on it: paramiko closes their channels, which then read as
+                    # exit -1 (a healthy NIC's loopback judged ISOLATE). This one gets its own.
+                    return self._exec_alone(node, command)
                 self._forget(node)
                 if attempt == 2:
                     # AttributeError: the cached client had no transport left (closed under us)
                     cause = e if not isinstance(e, AttributeError) else EOFError(str(e))
                     raise ssh_errors.translate(cause, f"{node.label}: could not open an SSH session") from e
         raise AssertionError("unreachable")
+
+    def _exec_alone(self, node: SshNode, command: str) -> tuple[paramiko.Channel, paramiko.SSHClient]:
+        """``command`` on a connection of its own, which the caller closes after it."""
+        client = self._connector.connect(node)
+        try:
+            chan = client.get_transport().open_session(timeout=self.settings.connect_timeout_s)
+            chan.exec_command(command)
+            return chan, client
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            client.close()
+            raise ssh_errors.translate(e, f"{node.label}: could not open an SSH session") from e
 
     @staticmethod
     def _pump(chan: paramiko.Channel, payload: bytes, reader: ssh_exec.LineReader,

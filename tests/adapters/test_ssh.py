@@ -61,6 +61,13 @@ def _procs_with(marker: str) -> list[str]:
     return found
 
 
+def _connections_to(address: str, port: int) -> int:
+    """Established TCP connections whose far end is ``address:port`` (a client's, in /proc/net/tcp)."""
+    far = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[2] == far and row.split()[3] == "01")
+
+
 def test_host_keys_pinned_from_console_output_let_a_command_run_and_stream_its_lines(settings, node):
     lines = []
     with NodeShell(settings) as shell:
@@ -184,11 +191,8 @@ def test_a_timeout_kills_the_whole_remote_process_group(settings, node):
 def test_commands_timing_out_together_on_a_full_connection_are_each_killed_and_the_others_go_on(tmp_path):
     # sshd allows MaxSessions sessions per connection: two commands time out at once while a third
     # runs on, on a connection at its limit of 3. Each kill needs a session: the timed-out one's.
-    server = Sshd.create(tmp_path / "sshd", ["127.0.0.22"], max_sessions=3).start()
+    server, settings, node = _limited_sshd(tmp_path, "127.0.0.22", max_sessions=3)
     try:
-        settings = SshSettings(user=server.user, key_file=str(server.client_key), port=server.port,
-                               connect_timeout_s=3, connect_attempts=2, retry_delay_s=0.1)
-        node = SshNode("i-0full", "127.0.0.22", tuple(parse_console_output(CONSOLE.format(line=server.host_key_line))))
         marker = f"pdlift-full-{os.getpid()}"
         outcomes: dict[str, object] = {}
         with NodeShell(settings) as shell:
@@ -213,6 +217,54 @@ def test_commands_timing_out_together_on_a_full_connection_are_each_killed_and_t
         assert _procs_with(marker) == []
     finally:
         server.stop()
+
+
+def test_a_session_the_full_connection_refuses_runs_on_a_connection_of_its_own_and_the_others_go_on(tmp_path):
+    # sshd refuses a third session on a connection at its MaxSessions of 2 ("open failed"). Closing
+    # that connection to retry would end the two commands on it: paramiko closes their channels,
+    # and each would read as exit -1.
+    server, settings, node = _limited_sshd(tmp_path, "127.0.0.23", max_sessions=2)
+    marker = f"pdlift-two-{os.getpid()}"
+    try:
+        outcomes: dict[str, object] = {}
+        with NodeShell(settings) as shell:
+            shell.run(node, ["true"], timeout_s=10)  # the shared connection
+
+            def one(name: str, argv: list[str]) -> None:
+                try:
+                    outcomes[name] = shell.run(node, argv, timeout_s=60).stdout.strip()
+                except Exception as e:  # noqa: BLE001 - the outcome is what the test compares
+                    outcomes[name] = e
+
+            threads = [threading.Thread(target=one, args=(n, ["bash", "-c", f"(exec -a {marker}-{n} sleep 10); "
+                                                                             f"echo {n} done"]))
+                       for n in ("a", "b")]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 30
+            while len(_procs_with(marker)) < 2 and time.monotonic() < deadline:  # both sessions open
+                time.sleep(0.05)
+            one("c", ["echo", "c done"])
+            # The third one's own connection is closed after it (paramiko's transport thread ends it
+            # soon after the call returns); the shared one stays.
+            deadline = time.monotonic() + 5
+            while (open_to_node := _connections_to("127.0.0.23", server.port)) > 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for t in threads:
+                t.join(60)
+        assert outcomes == {"a": "a done", "b": "b done", "c": "c done"}, outcomes
+        assert open_to_node == 1
+    finally:
+        server.stop()
+
+
+def _limited_sshd(tmp_path: Path, address: str, max_sessions: int) -> tuple[Sshd, SshSettings, SshNode]:
+    """A started sshd allowing ``max_sessions`` sessions per connection, settings to reach it, its node."""
+    server = Sshd.create(tmp_path / "sshd", [address], max_sessions=max_sessions).start()
+    settings = SshSettings(user=server.user, key_file=str(server.client_key), port=server.port,
+                           connect_timeout_s=3, connect_attempts=2, retry_delay_s=0.1)
+    node = SshNode(f"i-0{max_sessions}", address, tuple(parse_console_output(CONSOLE.format(line=server.host_key_line))))
+    return server, settings, node
 
 
 def test_shell_metacharacters_in_arguments_are_passed_through_verbatim(settings, node, tmp_path):
