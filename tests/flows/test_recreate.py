@@ -3,9 +3,8 @@ taking all 8 GPUs of its node. Production is probed from outside the product the
 endpoints, as a client inside the VPC reaches them) to measure the downtime independently.
 
 A PASS moves production to the candidate; a slower candidate fails the gate and the snapshot of
-the previous version is restored; a recreate cut off after its candidate came up goes on at the
-gate. (One cut off after the live engines were deleted, restored and finished by the next run: the
-takeover's killed redeploy, tests/e2e/test_two_workers_takeover.py.)
+the previous version is restored; a recreate cut off after the live engines were deleted is
+restored and finished by the next run.
 """
 
 from __future__ import annotations
@@ -284,11 +283,13 @@ def _cut_off_after_removing_the_live_colour(fleet: Fleet):
     return run, live
 
 
-# A recreate cut off with the live engines deleted is restored, then finished, by the next run: the
-# takeover's killed redeploy (tests/e2e/test_two_workers_takeover.py), which kills a worker's flow
-# run there (kill -9) instead of stopping in-process, and asserts all this module's test did: the
-# next run promotes the candidate, puts the cut-off colour back first ("restoring <live> first"),
-# leaves no maintenance responder, and production answers 200 at the end.
+def test_a_recreate_cut_off_with_the_live_engines_deleted_is_restored_then_finished_by_the_next_run(fleet):
+    _, live = _cut_off_after_removing_the_live_colour(fleet)
+    with _probe(fleet) as probe:
+        result = _recreate(fleet)
+    assert result["outcome"] == "promoted" and fleet.production_colour() == result["colour"]
+    assert result["previous"] == live  # the cut-off colour was put back first, then replaced
+    assert _maintenance_gone(fleet) and probe.rows[-1][1] == 200
 
 
 def test_a_recreate_cut_off_after_its_candidate_came_up_goes_on_at_the_gate(fleet):
