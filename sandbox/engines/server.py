@@ -121,6 +121,9 @@ async def _serve(cfg: EngineConfig, settings: Settings) -> int:
         log(f"cannot start the server: {e}", "ERROR")
         await session.close()
         return 1
+    listening = time.monotonic()
+    for s in states:
+        s.listening_since = listening
     interval = float(cfg.env.get("VLLM_LOG_STATS_INTERVAL") or 10)
     tasks += [asyncio.create_task(_stats_logger(states, interval)), asyncio.create_task(_announce_ready(cfg, states)),
               asyncio.create_task(publish(activity))]

@@ -19,7 +19,7 @@ Sources, later ones win, read at use time (so a test can change the file while e
 
 Faults (all off by default):
     crash_at_start: str | bool   exit 1 at start with this message
-    slow_start_s: float          /health (and the API) answer 503 for this long after start
+    slow_start_s: float          /health (and the API) answer 503 for this long after they begin to listen
     exit_after_requests: int     the process exits (code 1) after serving this many requests
     exit_once: bool              ... only the first time for this pod (a marker in the state dir)
     tcp_fallback: bool           the engine cannot use EFA (no devices in the pod, or a transfer

@@ -125,6 +125,10 @@ class EngineState:
         self.activity = activity or Activity()   # shared by the process's ranks: one set of GPUs
         self.engine_id = str(uuid.uuid4())
         self.started = time.monotonic()
+        # When its API began to listen (server._serve sets it): the slow_start fault counts from
+        # there, so its 503s are answered however long the process took to get there (a starved
+        # one once went from no answer straight to 200).
+        self.listening_since: float | None = None
         self.group_ready = asyncio.Event()
         self.slots = asyncio.Semaphore(cfg.max_num_seqs)
         slots = settings.latency.prefill_slots
@@ -230,8 +234,8 @@ class EngineState:
 
     def ready(self) -> bool:
         slow = self.settings.faults.slow_start_s
-        return (self.group_ready.is_set() and not self.draining
-                and time.monotonic() - self.started >= slow)
+        return (self.group_ready.is_set() and not self.draining and self.listening_since is not None
+                and time.monotonic() - self.listening_since >= slow)
 
     def next_is_error(self) -> bool:
         """Every request whose running count crosses a multiple of 1/rate fails: exactly the rate."""

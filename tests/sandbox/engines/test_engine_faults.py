@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -125,6 +127,25 @@ def test_the_slow_start_fault_keeps_health_at_503_for_that_long(engine_launcher)
     assert 503 in statuses and statuses[-1] == 200
     assert time.monotonic() - started >= 1.4
     assert engine.proc.poll() is None
+
+
+def test_the_slow_start_counts_from_when_the_api_listens_not_from_when_the_process_began():
+    # A starved engine once took longer than its slow start to begin listening, and went from no
+    # answer straight to 200 (this lane's CI run): the 503s must follow the first answer.
+    from sandbox.engines.state import EngineState
+
+    group_ready = asyncio.Event()
+    group_ready.set()
+    engine = SimpleNamespace(settings=SimpleNamespace(faults=SimpleNamespace(slow_start_s=1.5)),
+                             group_ready=group_ready, draining=False, started=time.monotonic() - 100,
+                             listening_since=None)
+    assert not EngineState.ready(engine)  # the process began long ago, its API is not up yet
+    engine.listening_since = time.monotonic() - 1.3
+    assert not EngineState.ready(engine)
+    engine.listening_since = time.monotonic() - 1.6
+    assert EngineState.ready(engine)
+    engine.draining = True
+    assert not EngineState.ready(engine)
 
 
 def _decode_computed_the_prompt_itself(stack, prompt_tokens: int) -> None:
