@@ -243,6 +243,10 @@ class SloSpec(Frozen):
 
 class BaselinePoint(Frozen):
     concurrency: PositiveInt
+    # How many requests the published means were drawn from: with ``BaselineSpec.cv`` it gives the
+    # figure its uncertainty (a mean of 57 requests is not exact, and a gate that held it exact
+    # would PASS a candidate at the margin more often than alpha).
+    completed: PositiveInt = Field(description="Requests the published figures were measured on.")
     ttft_ms_mean: PositiveFloat
     tpot_ms_mean: PositiveFloat
     ttft_ms_p99: PositiveFloat | None = None
@@ -250,8 +254,29 @@ class BaselinePoint(Frozen):
     output_tokens_per_s: PositiveFloat | None = None
 
 
+class BaselineCv(Frozen):
+    """The spread behind published figures, stated (a recorded baseline carries its samples instead):
+    the coefficient of variation of one request's TTFT and TPOT at the published points, and of a
+    run-level figure (a throughput) between runs. ``pdlift plan`` shows what they cost the gate."""
+
+    ttft: PositiveFloat
+    tpot: PositiveFloat
+    e2e: PositiveFloat | None = None
+    run: PositiveFloat | None = None   # None: a run-level rule against these figures is not judged
+
+
 class BaselineSpec(Frozen):
     source: str = Field(min_length=1)
+    cv: BaselineCv | None = Field(default=None, description="Per-request CV of TTFT and TPOT behind the "
+                                  "published figures (and between runs of a throughput): their uncertainty.")
+
+    @model_validator(mode="after")
+    def _figures_carry_their_spread(self) -> "BaselineSpec":
+        if any(self.scenarios.values()) and self.cv is None:
+            raise ValueError("cv: published figures need their spread, e.g. cv: {ttft: 0.2, tpot: 0.05} (the "
+                             "coefficient of variation of one request's TTFT and TPOT in the run they came "
+                             "from); without it the gate would hold them exact")
+        return self
     scenarios: dict[str, list[BaselinePoint]] = Field(default_factory=dict)
 
 
@@ -311,9 +336,15 @@ class ServerMetricsSpec(Frozen):
 class GateSpec(Frozen):
     slo: SloSpec = SloSpec()
     rules: list[GateRule] = Field(min_length=1)
-    min_samples: PositiveInt = 50
+    # Counted in independent time blocks (as many consecutive requests as the point's concurrency,
+    # which share batch steps): 1,000 requests at concurrency 64 are 15 blocks, not 1,000 samples.
+    min_samples: PositiveInt = 12
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    # What a candidate not shown non-inferior at the end of its budget gets: rolled back with the
+    # reason and the figures (a decision, as a schedule or an API rollout expects), or held for a
+    # person's approval (promotion.approval_timeout_s).
+    undecided: Literal["rollback", "ask"] = "rollback"
 
 
 class SequentialSpec(Frozen):

@@ -8,10 +8,12 @@ import json
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from blueprints.loader import load_blueprint
+    from tasks.planning.gate import describe_rules
 
     bp = load_blueprint(args.blueprint)
     print(f"{args.blueprint}: ok ({bp.name}: {bp.node_count} x {bp.aws.instance_type}, "
           f"{bp.engine.name} + {bp.kv_transfer.connector} over {bp.kv_transfer.protocol})")
+    print("gate:\n" + "\n".join(f"  - {line}" for line in describe_rules(bp.gate)))
     return 0
 
 

@@ -3,14 +3,17 @@
     PASS          -> promote (switch the production Service, check traffic, record the baseline),
                      then retire the previous colour after ``promotion.keep_previous_colour_s``
     FAIL          -> roll back (delete the candidate), then fail the run with the gate's reasons
-    INCONCLUSIVE  -> wait for an ``Approval`` (approve: bool) for ``promotion.approval_timeout_s``;
+    INCONCLUSIVE  -> the blueprint's ``gate.undecided``:
+                     rollback (the default): roll back as a FAIL does, the reasons (with the
+                     figures a person would need to decide otherwise) and the report in the error;
+                     ask: wait for an ``Approval`` (approve: bool) for ``promotion.approval_timeout_s``;
                      approved -> promote; rejected or no answer in time -> roll back and fail
 
-How the run waits: a run of a deployment is *suspended* (``suspend_flow_run``): its process
-exits and frees the worker, and on resume the flow runs again from the top; the benchmark and
-the gate are cached by (deployment, colour, run id, deploy generation) with results persisted in
-the run's state store (``tasks.benchmark``), so the replay, on whichever worker, reuses the
-measurement and the verdict the person saw. A run without a
+How the run waits (``undecided: ask`` only): a run of a deployment is *suspended*
+(``suspend_flow_run``): its process exits and frees the worker, and on resume the flow runs again
+from the top; the benchmark and the gate are cached by (deployment, colour, run id, deploy
+generation) with results persisted in the run's state store (``tasks.benchmark``), so the replay,
+on whichever worker, reuses the measurement and the verdict the person saw. A run without a
 deployment (the CLI, tests under ``prefect_test_harness``) cannot be rescheduled by anyone, so
 it *pauses* in-process (``pause_flow_run``) and a timeout rolls back right here.
 A suspended run whose timeout passes is failed by Prefect's pause-expiration service ("The flow
@@ -32,7 +35,8 @@ from prefect.input import RunInput
 from flows import pipeline
 from tasks import benchmark, deploy, promote
 from tasks.errors import BenchmarkBelowGate, StageFailed
-from tasks.planning.promotion_decision import decide, not_promoted_in_place_message, rolled_back_message
+from tasks.planning.promotion_decision import (asks_a_person, decide, not_promoted_in_place_message,
+                                               rolled_back_message)
 from tasks.planning.records import GateResult
 
 PAUSE_POLL_S = 2
@@ -91,8 +95,8 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
     measured = benchmark.measure(run, colour, target, generation, same_window)
     verdict = benchmark.judge(run, colour, measured, generation, same_window)
     answer = _ask_a_person(run.run_id, bp.promotion.approval_timeout_s, list(verdict.reasons), verdict.report) \
-        if verdict.outcome == "INCONCLUSIVE" else (None, "")
-    decision = decide(verdict.outcome, *answer)
+        if asks_a_person(verdict.outcome, bp.gate.undecided) else (None, "")
+    decision = decide(verdict.outcome, bp.gate.undecided, *answer)
     get_run_logger().info(f"{bp.name} {colour}: {decision.text}")
     if decision.promote:
         promoted = promote.promote(run, colour, verdict.results_path)

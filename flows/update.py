@@ -6,7 +6,8 @@ strategy (``tasks.planning.strategy``), then run it.
                 drain (production answers 503 + Retry-After);
                 delete the live engines; deploy the candidate on the same nodes; benchmark and
                 gate against the same-fleet baseline (the last promotion's); PASS: production
-                on the candidate. A FAIL or any error: the candidate deleted, the snapshot
+                on the candidate. A FAIL, an INCONCLUSIVE that is not approved (at once with
+                gate.undecided: rollback) or any error: the candidate deleted, the snapshot
                 re-applied and canaried, production back on the previous version.
 
     rolling     weights; snapshot the live colour; decode, then prefill, replaced in place on the
@@ -123,8 +124,9 @@ def recreate(run: Run) -> dict:
 
 def _gate_or_restore(run: Run, snap, phases: dict[str, float], down_at: float | None, retry_after: int,
                      estimate) -> dict:
-    """Benchmark and gate the candidate. An INCONCLUSIVE verdict waits for a person like any gate
-    (production stays in maintenance meanwhile: the plan's worst case counts the wait)."""
+    """Benchmark and gate the candidate. An INCONCLUSIVE verdict is restored from at once like a
+    FAIL, or with gate.undecided: ask waits for a person like any gate (production stays in
+    maintenance meanwhile: the plan's worst case counts the wait)."""
     bp, live, candidate = run.blueprint, snap.colour, other_colour(snap.colour)
     try:
         mark = time.monotonic()

@@ -159,10 +159,11 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
     for scenario in report.scenarios:
         create_table_artifact(rows_for_table(report, scenario), key=artifact_key("gate", bp.name, scenario),
                               description=f"{scenario}: candidate vs baseline")
-    # For automations (deploy/automations.yaml); an INCONCLUSIVE one is the run about to wait for
-    # a person's approval (flows.benchmark), for at most approval_timeout_s.
+    # For automations (deploy/automations.yaml); an INCONCLUSIVE one is the run about to roll the
+    # candidate back (gate.undecided: rollback) or to wait for a person's approval (ask), for at
+    # most approval_timeout_s (flows.benchmark).
     emit_event(**notifications.gate_event(bp.name, report.outcome.value, {
-        **report_json, "run_id": run.run_id, "colour": colour,
+        **report_json, "run_id": run.run_id, "colour": colour, "undecided": bp.gate.undecided,
         "approval_timeout_s": bp.promotion.approval_timeout_s}))
     get_run_logger().info(f"gate {report.outcome.value}: " + "; ".join(report.reasons[:5]))
     return GateVerdict(report.outcome.value, tuple(report.reasons), str(png),

@@ -75,9 +75,10 @@ MEASURED_MODULES = (
 )
 # Not here, though each runs a whole migrate with a gate, because an INCONCLUSIVE gate (a load
 # generator lagging on a busy machine) does not change their verdict, so they run in the other lane:
-# tests/e2e/test_demo.py (what the demo prints and leaves, and where its canary secrets go) approves
-# such a gate, as a person would, and asserts which way it went; tests/e2e/test_chaos_slice.py's campaign gives a person 30 s, then rolls back: a
-# decision its judge accepts, as it accepts a promotion.
+# tests/e2e/test_demo.py (what the demo prints and leaves, and where its canary secrets go) asks a
+# person (gate.undecided: ask) and approves such a gate, as a person would, and asserts which way it
+# went; tests/e2e/test_chaos_slice.py's campaign rolls it back (gate.undecided: rollback, the
+# default): a decision its judge accepts, as it accepts a promotion.
 # Modules that use one session stack: one worker sets it up for all of them.
 SHARED_GROUPS = {
     "postgres": ("tests/e2e/test_two_workers_takeover.py", "tests/e2e/test_postgres_server.py",

@@ -151,9 +151,9 @@ class Stack:
         doc["aws"]["ssh"]["port"] = port
         doc["benchmark"]["scenarios"] = [{"name": "isl-3k", "input_tokens": 3000, "output_tokens": 16,
                                           "concurrencies": [1, 4], "duration_s": 8, "max_requests": 200}]
-        doc["baseline"]["scenarios"] = {"isl-3k": [{"concurrency": 4, "ttft_ms_mean": 120, "tpot_ms_mean": 12}]}
-        # An INCONCLUSIVE gate waits this long for a person, then rolls back: a decision either way.
-        doc["promotion"]["approval_timeout_s"] = 30
+        doc["baseline"]["scenarios"] = {"isl-3k": [{"concurrency": 4, "completed": 200, "ttft_ms_mean": 120,
+                                                    "tpot_ms_mean": 12}]}
+        # An INCONCLUSIVE gate rolls back (gate.undecided: rollback, the default): a decision either way.
         self.state.mkdir(parents=True, exist_ok=True)
         path = self.state / f"{DEPLOYMENT}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -42,9 +42,12 @@ class BaselineEntry:
     scenario: str
     concurrency: int
     figures: Mapping[str, float]
-    completed: int | None = None      # None: published figures of unknown sample size
+    completed: int | None = None      # requests the figures were measured on (None: unknown)
     samples: Samples | None = None
     repeats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> per-repeat figures
+    # Published figures' stated spread (BaselineSpec.cv): a metric family ("ttft", "tpot", "e2e")
+    # -> one request's coefficient of variation; "run" -> a run-level figure's between runs.
+    cv: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,16 @@ class Baseline:
 
 
 def baseline_from_spec(spec: BaselineSpec) -> Baseline:
-    """The blueprint's published figures as a baseline (no samples)."""
+    """The blueprint's published figures as a baseline: no samples, but their sample count and
+    stated spread, so the gate does not hold them exact."""
+    cv = {k: v for k, v in (spec.cv.model_dump() if spec.cv else {}).items() if v is not None}
     entries = []
     for scenario, points in spec.scenarios.items():
         for p in points:
             figures = {"ttft_mean": p.ttft_ms_mean, "tpot_mean": p.tpot_ms_mean, "ttft_p99": p.ttft_ms_p99,
                        "tpot_p99": p.tpot_ms_p99, "output_tokens_per_s": p.output_tokens_per_s}
             entries.append(BaselineEntry(scenario, p.concurrency,
-                                         {k: v for k, v in figures.items() if v is not None}))
+                                         {k: v for k, v in figures.items() if v is not None}, p.completed, cv=cv))
     return Baseline(source=spec.source, entries=tuple(entries))
 
 
@@ -127,6 +132,8 @@ def baseline_to_dict(baseline: Baseline) -> dict:
             point["samples"] = _samples_to_dict(e.samples)
         if e.repeats:
             point["repeats"] = {m: list(v) for m, v in e.repeats.items()}
+        if e.cv:
+            point["cv"] = dict(e.cv)
         scenarios.setdefault(e.scenario, []).append(point)
     return {"version": baseline.version, "kind": "pdlift-baseline", "run_id": baseline.run_id,
             "created_at": baseline.created_at, "blueprint": baseline.blueprint,
@@ -156,7 +163,8 @@ def baseline_from_dict(data: object) -> Baseline:
                     str(scenario), int(p["concurrency"]), {k: float(v) for k, v in p["metrics"].items()},
                     None if p.get("completed") is None else int(p["completed"]),
                     _samples_from_dict(p.get("samples")),
-                    {str(m): tuple(float(x) for x in v) for m, v in (p.get("repeats") or {}).items()}))
+                    {str(m): tuple(float(x) for x in v) for m, v in (p.get("repeats") or {}).items()},
+                    {str(k): float(v) for k, v in (p.get("cv") or {}).items()}))
         return Baseline(source=str(doc.get("source") or "baseline document"), entries=tuple(entries),
                         version=doc["version"], run_id=doc.get("run_id"), created_at=doc.get("created_at"),
                         blueprint=doc.get("blueprint"))

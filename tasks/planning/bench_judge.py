@@ -13,6 +13,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 
+# What a ratio rule means, in one sentence, for the report, the docs and `pdlift validate`.
+RATIO_RULE = ("A ratio rule r is the margin itself: a check PASSes when the one-sided bound of "
+              "candidate/baseline on the bad side (at the gate's confidence) is within r, FAILs when the "
+              "candidate is significantly worse than r, and is undecided otherwise.")
+
+
 class Verdict(str, Enum):
     PASS = "PASS"
     FAIL = "FAIL"
@@ -34,28 +40,24 @@ def fmt(value: float | None) -> str:
 class Bound:
     limit: float
     higher_is_worse: bool     # True: a max bound (latencies); False: a min bound (throughputs)
-    margin: float             # how far a violation that is not significant may reach and still PASS
     relative: bool            # True: the limit is on candidate / baseline
 
+    # The bound is also the margin (RATIO_RULE): nothing beyond it PASSes. (Before, a max ratio r
+    # allowed r + (r - 1), so "<= 1.15x" PASSed a candidate whose upper bound was 1.30.)
     @classmethod
     def max_ratio(cls, r: float) -> "Bound":
-        # The margin allows the rule's own slack once more: 1.05 -> 1.10; none for r <= 1.
-        return cls(r, True, r + max(r - 1.0, 0.0), True)
+        return cls(r, True, True)
 
     @classmethod
     def min_ratio(cls, r: float) -> "Bound":
-        return cls(r, False, r - max(1.0 - r, 0.0), True)
+        return cls(r, False, True)
 
     @classmethod
     def slo(cls, limit_ms: float) -> "Bound":
-        # An SLO is a contract: no margin beyond it.
-        return cls(limit_ms, True, limit_ms, False)
+        return cls(limit_ms, True, False)
 
     def violated(self, x: float) -> bool:
         return x > self.limit if self.higher_is_worse else x < self.limit
-
-    def beyond_margin(self, x: float) -> bool:
-        return x > self.margin if self.higher_is_worse else x < self.margin
 
     def text(self) -> str:
         op = "≤" if self.higher_is_worse else "≥"
@@ -67,8 +69,8 @@ def judge(bound: Bound, point: float, significant: bool, why_significant: str,
     """The verdict of one check; see gate.py for the rules in words.
 
     ``ci`` is the pair of one-sided bounds at the confidence; its end on the bad side must stay
-    within the margin for a PASS, so a candidate as bad as the margin PASSes at most alpha of the
-    time. Without an interval (one run of a run-level figure) the figure stands for itself.
+    within the bound for a PASS (RATIO_RULE), so a candidate as bad as the bound PASSes at most
+    alpha of the time. Without an interval (one run of a run-level figure) the figure stands for itself.
     """
     violated = bound.violated(point)
     if violated and significant:
@@ -79,8 +81,8 @@ def judge(bound: Bound, point: float, significant: bool, why_significant: str,
     side = "upper" if bound.higher_is_worse else "lower"
     where = f"{fmt(point)} within {bound.text()}" if not violated else \
         f"{fmt(point)} breaks {bound.text()} but not significantly ({why_significant})"
-    if bound.beyond_margin(far):
+    if bound.violated(far):
         return (Verdict.INCONCLUSIVE,
-                f"{where}, and its {side} bound {fmt(far)} reaches beyond the margin {fmt(bound.margin)}: "
+                f"{where}, and its {side} bound {fmt(far)} reaches beyond {fmt(bound.limit)}: "
                 "too few samples or too much noise to tell")
-    return Verdict.PASS, f"{where}; its {side} bound {fmt(far)} stays within the margin {fmt(bound.margin)}"
+    return Verdict.PASS, f"{where}; its {side} bound {fmt(far)} stays within {fmt(bound.limit)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from tasks.planning.bench_judge import Verdict, fmt
+from tasks.planning.bench_judge import RATIO_RULE, Verdict, fmt
 from tasks.planning.gate import GateReport, GateRow
 
 _UNITS = {"output_tokens_per_s": "tok/s", "request_throughput": "req/s", "goodput": "req/s",
@@ -65,8 +65,8 @@ def render_markdown(report: GateReport) -> str:
     baseline = report.baseline_source or "none"
     if report.baseline_run_id:
         baseline += f" (run {report.baseline_run_id})"
-    lines += [f"Settings: confidence {report.confidence:.0%}, at least {report.min_samples} completed "
-              f"requests per point, error ceiling {report.max_error_rate:.2%}. Baseline: {_cell(baseline)}.", ""]
+    lines += [f"Settings: confidence {report.confidence:.0%}, at least {report.min_samples} independent blocks "
+              f"(of as many consecutive requests as the concurrency) per point, error ceiling {report.max_error_rate:.2%}. Baseline: {_cell(baseline)}.", ""]
     columns = ("metric", "candidate", "baseline", "ratio", "bound", "test", "verdict", "reason")
     for scenario in report.scenarios:
         lines += [f"## {scenario}", ""]
@@ -93,13 +93,14 @@ def _how_to_read(report: GateReport) -> list[str]:
         "the concurrency (requests that shared batch steps move together; ITL gaps move with their "
         "request). Repeats drift more than requests within a run vary: where a side's repeats disagree "
         "more than its bootstrap allows, their spread is the noise instead (read with Student's t: a few repeats' spread is itself uncertain). Throughputs are tested over "
-        "the repeats with a one-sided t test; one run's figure stands as measured, as the error rate does.",
+        "the repeats with a t test of their logs against the baseline's own repeats; a published figure "
+        "counts with the variance of its sample count and stated CV; with no noise estimate on either "
+        "side a figure stands as measured, as the error rate does.",
         f"- The {report.critical_tests} critical checks with a p-value are one family: their p-values are "
         "Holm-adjusted (shown as \"Holm\"), so an equal candidate FAILs on any of them with a chance of at "
         "most α. Non-critical checks are tested alone; their FAIL makes the gate INCONCLUSIVE, not FAIL.",
-        "- A check PASSes only when the interval's end on the bad side stays inside the margin (a "
-        "ratio bound's slack once more, e.g. 1.05 -> 1.10; none for an SLO), so a candidate as bad as "
-        "the margin PASSes at most α of the time. A point estimate within the bound with a wider "
+        f"- {RATIO_RULE} An SLO is read the same way, in milliseconds. So a candidate as bad as "
+        "the bound PASSes at most α of the time. A point estimate within the bound with a wider "
         "interval is not enough: too few samples to tell is INCONCLUSIVE, as is a point that is not "
         "trustworthy (too few requests, a saturated client); a person decides. The rules are in "
         "tasks/planning/gate.py.",

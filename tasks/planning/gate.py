@@ -5,7 +5,8 @@ per (scenario, concurrency) point, in the order they apply:
 
 1. Error ceiling. error rate > ``gate.max_error_rate`` is FAIL (critical), whatever else holds:
    the issue's "5% request errors: FAIL". Errors are facts, not noise, so no statistics here.
-2. Trust in the measurement. Fewer completed requests than ``gate.min_samples``, or a saturated
+2. Trust in the measurement. Fewer independent blocks than ``gate.min_samples`` (a block: as many
+   consecutive requests as the concurrency, which share batch steps), or a saturated
    client (the latencies would measure the load generator), make every check of the point
    INCONCLUSIVE ("not judged"); such a point can never PASS or FAIL on its metrics.
 3. SLO checks (critical), for each of ``gate.slo``'s ttft_ms/tpot_ms/e2e_ms that is set: the
@@ -16,30 +17,33 @@ per (scenario, concurrency) point, in the order they apply:
    baseline has no point for at all is INCONCLUSIVE; a concurrency the baseline skips in a
    scenario it does cover is not compared (the blueprint's published figures name one
    concurrency per scenario), only rules 1-3 hold there; a baseline point that lacks the figure,
-   or was measured on fewer than min_samples requests, is INCONCLUSIVE.
+   or was measured on fewer than min_samples blocks, is INCONCLUSIVE; so is a published figure
+   whose spread the blueprint does not state (``baseline.cv``).
 
-Each SLO or ratio check is decided from the pooled point estimate x, the bound L and its margin
-M (a max ratio r allows r + (r - 1), e.g. 1.05 -> 1.10; a min ratio r allows r - (1 - r); an
-SLO allows nothing more: M = L), at one level alpha = 1 - ``gate.confidence``, one-sided, with a
-method for the statistic it is about (``tasks.planning.bench_stats``):
+Each SLO or ratio check is decided from the pooled point estimate x and the bound L, which is
+also the margin (``bench_judge.RATIO_RULE``: a rule "<= 1.15x" PASSes only a candidate shown
+within 1.15x), at one level alpha = 1 - ``gate.confidence``, one-sided, with a method for the
+statistic it is about (``tasks.planning.bench_stats``):
 - FAIL: x beyond L and the violation significant. Significance is tested against the bound
   itself, not against "no change" (Kayenta's allowedIncrease):
   * a mean or a percentile of a per-request latency (and an SLO on a mean): a bootstrap of the
     ratio over time blocks of requests (as many consecutive requests as the concurrency, which
     shared batch steps; ITL gaps travel with their request), against the baseline's samples
-    resampled the same way or a published figure held fixed; p from the standard error of
+    resampled the same way, or a published figure with the variance of its sample count and
+    stated CV (``bench_stats.Figure``); p from the standard error of
     log(ratio). Repeats drift more than requests within a run vary: a side whose per-repeat
     figures spread wider than its bootstrap allows takes their spread (random effects), read
     with Student's t at the repeats' degrees of freedom;
-  * a run-level figure (throughputs, goodput) with two or more repeats: a one-sided t test of
-    the repeats' ratios; a single run has no noise estimate, and its figure stands, as the error
+  * a run-level figure (throughputs, goodput): a two-sample t test of the log figures against the
+    baseline's own repeats (``bench_stats.repeats_ratio``), or against a published figure with its
+    stated between-run CV; with no noise estimate on either side, its figure stands, as the error
     rate's does.
   The critical checks of the whole report are one family: their p-values are Holm-adjusted, so
   the chance that an equal candidate FAILs on any of them is at most alpha. A non-critical
   check is tested alone at alpha (its FAIL makes the report INCONCLUSIVE, never FAIL).
 - PASS: otherwise, when the interval's end on the bad side (its one-sided bound at the
-  confidence) stays within M, whether or not x itself is within L. So a candidate as bad as the
-  margin PASSes a check at most alpha of the time, however few its samples. Without an interval
+  confidence) stays within L. So a candidate as bad as the bound PASSes a check at most alpha of
+  the time, however few its samples. Without an interval
   (one run of a run-level figure), x within L.
 - INCONCLUSIVE: otherwise (too few samples or too much noise to tell either way).
 
@@ -51,17 +55,20 @@ ratio, are shown with their verdict but never gate. No results at all is INCONCL
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from blueprints.schema import BenchmarkSpec, GateRule, GateSpec
 from tasks.planning.bench_baseline import Baseline, BaselineEntry
-from tasks.planning.bench_judge import Bound, Verdict, fmt, judge
-from tasks.planning.bench_stats import Blocks, RatioTest, RepeatTest, bootstrap_ratio, holm, t_test
+from tasks.planning.bench_judge import RATIO_RULE, Bound, Verdict, fmt, judge
+from tasks.planning.bench_stats import (Blocks, Figure, RatioTest, RepeatTest, bootstrap_ratio, holm, repeats_ratio,
+                                        t_test)
 from tasks.planning.metrics import Samples, ScenarioSummary, metric_value, split_metric
 
-__all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "evaluate_gate", "expected_points"]
+__all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "blocks_of", "describe_rules", "evaluate_gate",
+           "expected_points"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,34 @@ class GateReport:
     @property
     def scenarios(self) -> list[str]:
         return list(dict.fromkeys(r.scenario for r in self.rows))
+
+
+def blocks_of(completed: int, concurrency: int) -> int:
+    """Independent samples at a point: whole time blocks of as many consecutive requests as its
+    concurrency (they share batch steps, so they move together); ``gate.min_samples`` counts these."""
+    return completed // max(1, concurrency)
+
+
+def describe_rules(gate: GateSpec) -> list[str]:
+    """What the blueprint's gate means, for `pdlift validate`: the rule sentence, then each gated
+    rule as the bound its checks must show, and what an undecided candidate gets."""
+    conf = f"{gate.confidence:.0%}"
+    lines = [RATIO_RULE]
+    for rule in gate.rules:
+        if rule.report_only or (rule.max_ratio is None and rule.min_ratio is None):
+            continue
+        kind = "critical" if rule.critical else "non-critical: a FAIL leaves the decision undecided"
+        for bound, op, side, within, beyond in ((rule.max_ratio, "≤", "upper", "at most", "above"),
+                                                (rule.min_ratio, "≥", "lower", "at least", "below")):
+            if bound is not None:
+                lines.append(f"{rule.metric} {op} {bound:g}× baseline ({kind}): PASS needs its {side} {conf} bound "
+                             f"{within} {bound:g}; FAIL needs it significantly {beyond} {bound:g}")
+    lines.append(f"at least {gate.min_samples} independent blocks per point (a block: as many consecutive "
+                 "requests as the concurrency)")
+    lines.append("undecided at the end of the budget: " + ("rolled back with the reason and the figures"
+                                                           if gate.undecided == "rollback"
+                                                           else "a person decides (promotion.approval_timeout_s)"))
+    return lines
 
 
 def expected_points(benchmark: BenchmarkSpec) -> list[tuple[str, int]]:
@@ -220,19 +255,48 @@ def _slo_check(s: ScenarioSummary, family: str, limit: float, blocker: str | Non
     return _Pending(shown, bound, value, pending.test)
 
 
+def _baseline_side(rule: GateRule, entry: BaselineEntry, family: str | None, stat: str) -> Blocks | Figure | str:
+    """The baseline as the test sees it: its samples, or its figure with the spread it was measured
+    with (stated for published figures, its repeats' for a recorded one without samples); a reason
+    when nothing says how exact the figure is."""
+    if family is not None and (blocks := _blocks(entry.samples, family)) is not None:
+        return blocks
+    value = entry.figures[rule.metric]
+    cv = entry.cv.get("run" if family is None else family)
+    if cv is not None and (family is None or entry.completed):
+        return Figure.of(value, "run" if family is None else stat, cv, entry.completed or 1)
+    reps = [math.log(r) for r in entry.repeats.get(rule.metric, ()) if r > 0]
+    if len(reps) >= 2:
+        mean = math.fsum(reps) / len(reps)
+        return Figure(value, math.fsum((r - mean) ** 2 for r in reps) / (len(reps) - 1) / len(reps))
+    what = "between runs (baseline.cv.run)" if family is None else f"of one request's {family} (baseline.cv.{family})"
+    return (f"the baseline's {rule.metric} figure carries no spread {what}, so it cannot be compared "
+            "without holding it exact")
+
+
 def _ratio_check(s: ScenarioSummary, rule: GateRule, bound: Bound, entry: BaselineEntry, row: GateRow,
-                 ctx: _Ctx) -> _Pending:
+                 ctx: _Ctx) -> GateRow | _Pending:
     parts = split_metric(rule.metric)
     cand = _blocks(s.samples, parts[0]) if parts else None
+    conf = ctx.confidence(s.scenario, s.concurrency)
     if cand is None:  # a run-level figure, or results without samples: the repeats are the evidence
-        return _pending(row, bound, row.ratio, t_test(row.repeats),  # type: ignore[arg-type]
-                        ctx.confidence(s.scenario, s.concurrency))
+        recorded = entry.repeats.get(rule.metric, ())
+        base = recorded if recorded else _baseline_side(rule, entry, None, "run")
+        if isinstance(base, str):
+            if entry.cv or entry.completed is None:   # published: its spread is not stated
+                return replace(row, verdict=Verdict.INCONCLUSIVE, reason=base)
+            base = (entry.figures[rule.metric],)      # a recorded run-level figure of one run
+        runs = _per_repeat(s, rule.metric) or ((row.candidate,) if row.candidate is not None else ())
+        test = repeats_ratio(runs, base)
+        return _pending(row, bound, test.ratio if test else row.ratio, test, conf)  # type: ignore[arg-type]
     family, stat = parts  # type: ignore[misc]
-    base = _blocks(entry.samples, family) or entry.figures[rule.metric]
+    base = _baseline_side(rule, entry, family, stat)
+    if isinstance(base, str):
+        return replace(row, verdict=Verdict.INCONCLUSIVE, reason=base)
     test = bootstrap_ratio(cand, base, stat, ctx.seed_for(s.scenario, s.concurrency, rule.metric, bound.limit),
                            ctx.resamples, candidate_repeats=_per_repeat(s, rule.metric),
                            baseline_repeats=entry.repeats.get(rule.metric, ()))
-    return _pending(row, bound, row.ratio, test, ctx.confidence(s.scenario, s.concurrency))  # type: ignore[arg-type]
+    return _pending(row, bound, row.ratio, test, conf)  # type: ignore[arg-type]
 
 
 def _ratio_checks(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None, scenario_covered: bool,
@@ -259,9 +323,10 @@ def _ratio_checks(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None,
                              "(held to the SLOs and the error ceiling only)", gated=False)
     if base is None:
         return decided(Verdict.INCONCLUSIVE, f"the baseline has no {rule.metric} figure here")
-    if entry.completed is not None and entry.completed < ctx.gate.min_samples:
-        return decided(Verdict.INCONCLUSIVE, f"the baseline measured only {entry.completed} requests "
-                                             f"(< min_samples {ctx.gate.min_samples})")
+    if entry.completed is not None and blocks_of(entry.completed, entry.concurrency) < ctx.gate.min_samples:
+        return decided(Verdict.INCONCLUSIVE, f"the baseline measured only {entry.completed} requests, "
+                                             f"{blocks_of(entry.completed, entry.concurrency)} independent blocks "
+                                             f"of {entry.concurrency} (< min_samples {ctx.gate.min_samples})")
     if blocker:
         return decided(Verdict.INCONCLUSIVE, f"not judged: {blocker}")
     if value is None:
@@ -281,12 +346,14 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
                 repeats=tuple(r.error_rate for r in s.repeats))]
     blockers = [ctx.looks.blocked[(s.scenario, s.concurrency)]] \
         if ctx.looks is not None and (s.scenario, s.concurrency) in ctx.looks.blocked else []
-    few = s.completed < g.min_samples
+    blocks = blocks_of(s.completed, s.concurrency)
+    few = blocks < g.min_samples
     if few:
-        blockers.append(f"only {s.completed} completed requests (< min_samples {g.min_samples})")
-    out.append(GateRow(s.scenario, s.concurrency, "completed", "samples", float(s.completed), None, None,
-                       f"≥ {g.min_samples} requests", Verdict.INCONCLUSIVE if few else Verdict.PASS,
-                       blockers[-1] if few else "enough samples"))
+        blockers.append(f"only {blocks} independent blocks of {s.concurrency} requests ({s.completed} completed; "
+                        f"< min_samples {g.min_samples})")
+    out.append(GateRow(s.scenario, s.concurrency, "completed", "samples", float(blocks), None, None,
+                       f"≥ {g.min_samples} blocks", Verdict.INCONCLUSIVE if few else Verdict.PASS,
+                       blockers[-1] if few else f"enough samples: {blocks} blocks of {s.concurrency} requests"))
     if s.client_saturated:
         blockers.append("the load generator was saturated, so latencies would measure the client")
     out.append(GateRow(s.scenario, s.concurrency, "client", "client", None, None, None, "not saturated",

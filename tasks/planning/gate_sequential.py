@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from blueprints.schema import BenchmarkSpec, GateSpec, Scenario
 from tasks.planning.bench_baseline import Baseline
-from tasks.planning.gate import GateReport, Looks, PointStop, Verdict, evaluate_gate, expected_points
+from tasks.planning.gate import GateReport, Looks, PointStop, Verdict, blocks_of, evaluate_gate, expected_points
 from tasks.planning.bench_stats import betainc
 from tasks.planning.group_sequential import nominal_levels
 from tasks.planning.metrics import ScenarioSummary
@@ -49,9 +49,10 @@ MIN_ROUNDS = 2
 Point = tuple[str, int]
 
 
-def levels(alpha: float, rounds: int, rho: float) -> tuple[float, ...]:
-    """Nominal one-sided level per look (1..rounds); nothing before ``MIN_ROUNDS``."""
-    return nominal_levels(alpha, rounds, rho, MIN_ROUNDS)
+def levels(alpha: float, rounds: int, rho: float, first: int = MIN_ROUNDS) -> tuple[float, ...]:
+    """Nominal one-sided level per look (1..rounds); nothing before ``first`` (at least
+    ``MIN_ROUNDS``): the first look at which the point can be judged takes all that was due."""
+    return nominal_levels(alpha, rounds, rho, max(first, MIN_ROUNDS))
 
 
 def critical_family(bench: BenchmarkSpec, gate: GateSpec, baseline: Baseline | None) -> int:
@@ -147,19 +148,21 @@ class Schedule:
     _rounds: dict[Point, int] = field(init=False, default_factory=dict)
     _load: dict[Point, float] = field(init=False, default_factory=dict)
     _alpha: dict[Point, tuple[float, float]] = field(init=False, default_factory=dict)
+    _first: dict[Point, int] = field(init=False, default_factory=dict)   # a point's first look that can judge it
     family: int = field(init=False)
 
     def __post_init__(self) -> None:
         self._order = [(s, c) for s in self.bench.scenarios for c in s.concurrencies]
         self.family = critical_family(self.bench, self.gate, self.baseline)
 
-    def _levels(self, k: int) -> tuple[float, float]:
-        """Look k's nominal levels (checks and intervals; critical checks). A point that stops
-        before its first spending look is judged once, at that look's levels."""
+    def _levels(self, k: int, first: int) -> tuple[float, float]:
+        """Look k's nominal levels (checks and intervals; critical checks), for a point first
+        judged at look ``first``. A point that stops before it is judged once, at that look's levels."""
         seq, alpha = self.bench.sequential, 1.0 - self.gate.confidence
-        k = max(k, MIN_ROUNDS)
-        return (levels(alpha, self.rounds, seq.spending)[k - 1],  # type: ignore[union-attr]
-                levels(alpha / self.family, self.rounds, seq.spending)[k - 1])  # type: ignore[union-attr]
+        first = max(first, MIN_ROUNDS)
+        k = max(k, first)
+        return (levels(alpha, self.rounds, seq.spending, first)[k - 1],  # type: ignore[union-attr]
+                levels(alpha / self.family, self.rounds, seq.spending, first)[k - 1])  # type: ignore[union-attr]
 
     @property
     def sequential(self) -> bool:
@@ -216,9 +219,17 @@ class Schedule:
             if final:
                 self._stop(point, "cap", "every repeat measured")
             return None
-        alpha, critical = self._alpha[point] = self._levels(k)
-        if k < MIN_ROUNDS and not final:
-            return None  # one round has no spread between rounds: an early slow one must not decide
+        # A look spends alpha only where it can judge the point: from its second round on (one
+        # round has no spread between rounds: an early slow one must not decide), and once it has
+        # min_samples blocks (a look before that could only be INCONCLUSIVE, and the alpha it
+        # spent would be lost to the later looks). Sample counts do not depend on the verdict, so
+        # choosing the first look by them keeps the levels valid.
+        if point not in self._first and blocks_of(summary.completed, summary.concurrency) >= self.gate.min_samples:
+            self._first[point] = max(k, MIN_ROUNDS)
+        first = self._first.get(point, self.rounds)
+        alpha, critical = self._alpha[point] = self._levels(k, first)
+        if k < first and not final:
+            return None
         seen = look(summary, self.baseline, self.gate, alpha, critical, self.family, self.seed, final)
         if seen.failed:
             self._stop(point, "decided", f"a critical check FAILed at round {k}")

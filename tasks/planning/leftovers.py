@@ -17,7 +17,8 @@ only when all of these hold:
 - no run of the deployment is in flight. Prefect must say that each run's flow run has ended:
   a suspended run is Paused, not ended, and a run Prefect cannot answer for counts as in flight;
 - the run that deployed the colour had its gate decide against it (FAIL, or INCONCLUSIVE with
-  no approval within ``promotion.approval_timeout_s`` of the verdict), or promoted it before
+  no approval within ``promotion.approval_timeout_s`` of the verdict with ``gate.undecided: ask``;
+  at once with ``rollback``), or promoted it before
   production moved on (a replaced colour whose retirement never finished, past its keep window).
   A candidate whose run never reached a verdict, or passed and was not promoted yet, is reported
   and kept: re-triggering that run continues at its gate.
@@ -124,6 +125,9 @@ def _judge(colour: str, seen: ColourSeen, service_present: bool, live: str | Non
         return True, f"run {owner.run_id}'s gate FAILed it and its rollback never ran; {routes}"
     if owner.verdict == "INCONCLUSIVE" and owner.judged_at is not None and \
             now >= owner.judged_at + dt.timedelta(seconds=approval_timeout_s):
+        if approval_timeout_s <= 0:   # gate.undecided: rollback, a decision like a FAIL
+            return True, (f"run {owner.run_id}'s gate was INCONCLUSIVE at {owner.judged_at.strftime(TIME_FORMAT)} "
+                          f"(gate.undecided: rollback) and its rollback never ran; {routes}")
         return True, (f"run {owner.run_id}'s gate was INCONCLUSIVE at {owner.judged_at.strftime(TIME_FORMAT)} and "
                       f"nobody approved within {approval_timeout_s:g} s; {routes}")
     return False, (f"run {owner.run_id} deployed it and its gate has not decided (verdict: {owner.verdict or 'none'}); "

@@ -6,7 +6,8 @@ Each builder returns the keyword arguments of ``prefect.events.emit_event`` (``e
 (installed by ``tasks.adapters.prefect_automations``) turn them into notifications:
 
     pdlift.gate.<pass|fail|inconclusive>  resource pdlift.deployment.<blueprint name>
-        the gate's verdict (an INCONCLUSIVE one is the run waiting for a person's approval)
+        the gate's verdict (an INCONCLUSIVE one: the run rolls the candidate back, or with
+        ``gate.undecided: ask`` waits for a person's approval; the payload's ``undecided`` says which)
     pdlift.run.failed-billing              resource pdlift.deployment.<blueprint name>
         a run failed and left resources billing: what, at what $/h, and the teardown command
     pdlift.sweep.leaks                     resource pdlift.sweep.<region>

@@ -1,15 +1,25 @@
-"""What the gate's outcome, and a person's answer to an INCONCLUSIVE one, mean for the candidate. Pure.
+"""What the gate's outcome, the blueprint's ``gate.undecided`` and a person's answer to an
+INCONCLUSIVE one mean for the candidate. Pure.
 
-    PASS                           -> promote
-    FAIL                           -> roll back
-    INCONCLUSIVE + approved        -> promote
-    INCONCLUSIVE + rejected        -> roll back
-    INCONCLUSIVE + no answer       -> roll back (``timed_out``: the run is still paused)
+    PASS                                  -> promote
+    FAIL                                  -> roll back
+    INCONCLUSIVE, undecided: rollback     -> roll back, nobody asked (not shown non-inferior within
+                                             the budget; the reasons carry the figures)
+    INCONCLUSIVE, undecided: ask
+        approved                          -> promote
+        rejected                          -> roll back
+        no answer                         -> roll back (``timed_out``: the run is still paused)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+Undecided = Literal["rollback", "ask"]  # blueprints.schema.GateSpec.undecided
+
+NOT_SHOWN = ("gate INCONCLUSIVE: not shown non-inferior within its budget, and gate.undecided is rollback "
+             "(undecided: ask would have a person decide)")
 
 
 @dataclass(frozen=True)
@@ -19,9 +29,19 @@ class Decision:
     timed_out: bool = False   # nobody answered within promotion.approval_timeout_s
 
 
-def decide(outcome: str, approved: bool | None = None, why: str = "") -> Decision:
+def asks_a_person(outcome: str, undecided: Undecided) -> bool:
+    """Whether the run waits for a person's answer before ``decide``: an INCONCLUSIVE gate whose
+    blueprint says ``undecided: ask``, nothing else."""
+    return outcome == "INCONCLUSIVE" and undecided == "ask"
+
+
+def decide(outcome: str, undecided: Undecided, approved: bool | None = None, why: str = "") -> Decision:
+    """``approved`` and ``why``: a person's answer (None: none in time); read only when
+    ``asks_a_person``."""
     if outcome != "INCONCLUSIVE":
         return Decision(outcome == "PASS", f"gate {outcome}")
+    if not asks_a_person(outcome, undecided):
+        return Decision(False, NOT_SHOWN)
     return Decision(bool(approved), f"gate INCONCLUSIVE, {why}", approved is None)
 
 

@@ -168,17 +168,30 @@ def _deploy(bp: Blueprint) -> StageTime:
                      "GLM-class loads take 10-45 min; the startup probe allows 45 (reference deployment notes)")
 
 
+def approval_wait_s(bp: Blueprint) -> float:
+    """How long an INCONCLUSIVE gate may hold the candidate: ``promotion.approval_timeout_s`` with
+    ``gate.undecided: ask``; none with ``rollback`` (it rolls back at once, as a FAIL does)."""
+    return float(bp.promotion.approval_timeout_s) if bp.gate.undecided == "ask" else 0.0
+
+
+def _undecided(bp: Blueprint) -> str:
+    if bp.gate.undecided == "ask":
+        return (f"at most, plus an INCONCLUSIVE's wait for approval ({bp.promotion.approval_timeout_s} s, "
+                "gate.undecided: ask)")
+    return "an INCONCLUSIVE rolls back at once (gate.undecided: rollback), no approval wait"
+
+
 def _benchmark(bp: Blueprint) -> StageTime:
     bench = bp.benchmark
     points = [(s, c) for s in bench.scenarios for c in s.concurrencies]
     budget = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
-    approval = bp.promotion.approval_timeout_s
+    approval = approval_wait_s(bp)
     if bench.sequential is None:
         load = sum(s.duration_s for s, _ in points) * bench.repeats
         return StageTime("benchmark", min(load, budget), min(load, budget) + approval,
                          f"{len(points)} points x {bench.repeats} repeats at full length"
                          + (f", within benchmark.budget_minutes = {bench.budget_minutes:g}" if budget < math.inf else "")
-                         + f"; at most, plus an INCONCLUSIVE's wait for approval ({approval} s)",
+                         + f"; {_undecided(bp)}",
                          "the blueprint")
     k = bench.sequential.rounds
     load = min(sum(s.duration_s for s, _ in points), budget)
@@ -189,7 +202,7 @@ def _benchmark(bp: Blueprint) -> StageTime:
                      f"sequential: {len(points)} points in rounds of duration_s / {k}, planned to their caps"
                      + (f" within benchmark.budget_minutes = {bench.budget_minutes:g}" if budget < math.inf else "")
                      + f" (as early as {duration(earliest)} if every point is decided at its round {MIN_ROUNDS}); "
-                       f"at most, plus an INCONCLUSIVE's wait for approval ({approval} s)",
+                       f"{_undecided(bp)}",
                      "the blueprint; scripts/bench/gate_sim.py --sequential measures when points decide")
 
 

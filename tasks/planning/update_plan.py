@@ -7,12 +7,13 @@ up on the same nodes, passed its canary and its benchmark, and production answer
                its TPOT SLO for the longest scenario, at most the engines' --shutdown-timeout
     bring-up   the engines' cold start and the canary: the run's last measured bring-up when
                there is one (``Deployed.bring_up_s``), else the timeline's deploy stage
-    benchmark  the timeline's benchmark stage (its worst case adds an INCONCLUSIVE's approval wait)
+    benchmark  the timeline's benchmark stage (its worst case adds an INCONCLUSIVE's approval wait
+               with gate.undecided: ask)
     switch     production to the candidate and each endpoint answering (assumed 10 s; at most
                the promotion's 120 s traffic check)
 
-``blue-green`` has no downtime but needs a second colour's nodes. A restore after a FAIL adds
-another cold start and canary; the worst case counts it.
+``blue-green`` has no downtime but needs a second colour's nodes. A restore after a FAIL (or an
+INCONCLUSIVE not approved) adds another cold start and canary; the worst case counts it.
 
 ``fleet``: no downtime, but two fleets bill at once from the second fleet's reservation until the
 first is released: the second fleet's reserve, launch, fabric, weights and deploy stages; the live
@@ -29,7 +30,7 @@ from blueprints.schema import Blueprint
 from tasks.planning import room
 from tasks.planning.manifests.common import SHUTDOWN_TIMEOUT_S
 from tasks.planning.strategy import StrategyChoice, choose, second_fleet_obstacle
-from tasks.planning.timeline import Timeline, duration
+from tasks.planning.timeline import Timeline, approval_wait_s, duration
 
 SWITCH_EXPECTED_S, SWITCH_WORST_S = 10.0, 120.0
 RELEASE_S = 300.0  # terminating the first fleet's instances; assumed (EC2 gives no figure)
@@ -62,8 +63,9 @@ def recreate_downtime(bp: Blueprint, timeline: Timeline, measured_bring_up_s: fl
     source = (f"the last deploy's measured bring-up ({duration(bring_up)})" if measured_bring_up_s is not None
               else f"the deploy stage's projection ({duration(bring_up)})")
     return Downtime(round(sum(phases.values()), 1), round(worst, 1), phases,
-                    f"drain + bring-up from {source} + the benchmark + the switch; at most, a FAIL's "
-                    "restore (a second cold start) and an INCONCLUSIVE's approval wait")
+                    f"drain + bring-up from {source} + the benchmark + the switch; at most, a restore "
+                    "after a FAIL or an INCONCLUSIVE (a second cold start)"
+                    + (" and an INCONCLUSIVE's approval wait (gate.undecided: ask)" if approval_wait_s(bp) else ""))
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ def fleet_overlap(bp: Blueprint, timeline: Timeline) -> ExtraFleet:
     phases |= {"baseline": round(bench.expected_s, 1), "benchmark": round(bench.expected_s, 1),
                "switch": SWITCH_EXPECTED_S, "keep": float(bp.promotion.keep_previous_colour_s),
                "drain": round(drain_s(bp), 1), "release": RELEASE_S}
-    # the baseline's measurement has no approval wait; the candidate's may
-    baseline_worst = bench.worst_s - bp.promotion.approval_timeout_s
+    # the baseline's measurement has no approval wait; the candidate's may (gate.undecided: ask)
+    baseline_worst = bench.worst_s - approval_wait_s(bp)
     worst = (sum(stages[name].worst_s for name in SECOND_FLEET_STAGES) + baseline_worst + bench.worst_s
              + SWITCH_WORST_S + bp.promotion.keep_previous_colour_s + SHUTDOWN_TIMEOUT_S + RELEASE_S)
     expected_h, worst_h = sum(phases.values()) / 3600, worst / 3600

@@ -15,6 +15,7 @@ from blueprints.schema import Blueprint
 from tasks.errors import NotReadyYet, StageFailed
 from tasks.planning import fleet_swap, identity, leftovers
 from tasks.planning.manifests import common
+from tasks.planning.timeline import approval_wait_s
 from tasks.planning.identity import TAG_CREATED, TAG_DEPLOYMENT, TAG_RUN, TAG_TTL
 from tasks.stages.clock import Clock, poll_until
 from tasks.stages import deploy as deploy_stage
@@ -165,7 +166,7 @@ def leftover_candidates(bp: Blueprint, kube: KubeObjects, store, ledgers, leases
     runs = [_run_seen(bp, store, ledgers, leases, run_id, flow_run_ended, now, active_runs)
             for run_id in _oldest_first(bp, ledgers)]
     return leftovers.judge_candidates(bp.name, service is not None, deploy_stage.live_colour(bp, kube), present,
-                                      runs, now, bp.promotion.approval_timeout_s)
+                                      runs, now, approval_wait_s(bp))
 
 
 def _oldest_first(bp: Blueprint, ledgers) -> list[str]:

@@ -17,8 +17,9 @@ S3 server's identity file.
 It runs on a sandbox of its own (its own state directory, node addresses and SSH port, so no
 other test's sandbox is touched) and stops everything with `scripts/demo --down`.
 It runs in the suite's other lane (tests/lanes.py): what the demo prints and where the secrets go
-is its subject, not the gate, so should its short benchmark be INCONCLUSIVE (a lagging load
-generator on a busy machine), the test approves the paused gate as a person would."""
+is its subject, not the gate, so its blueprint has a person decide an INCONCLUSIVE gate
+(gate.undecided: ask), and should its short benchmark be INCONCLUSIVE (a lagging load generator
+on a busy machine), the test approves the paused gate as a person would."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def _blueprint(tmp_path: Path) -> tuple[Path, str, int]:
     # What the demo prints and leaves, not its gate: one short point and wide margins, so a busy
     # machine does not suspend the run for a person (tests/fixtures/blueprints.py).
     quick_gate(doc)
+    doc["gate"]["undecided"] = "ask"  # an INCONCLUSIVE one then waits for the approval _demo gives
     path = tmp_path / "demo-2p2d.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path, base, port

@@ -1,6 +1,7 @@
 """The benchmark-gate flow end to end: the candidate (green) measured through its router in the
 Kubernetes stand-in, judged against blue's recorded baseline, then promoted, rolled back, or
-paused for a person. Faults are injected into green's engines only (tests/sandbox/bench/fixtures.py)."""
+(an INCONCLUSIVE gate with gate.undecided: ask) paused for a person. Faults are injected into
+green's engines only (tests/sandbox/bench/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,18 @@ class Approver(threading.Thread):
                 time.sleep(0.5)
 
 
+def _states(run_id: str) -> list[str]:
+    """Every state (type) the benchmark-gate flow runs of ``run_id`` went through."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        newest = client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=50)
+        runs = [r for r in newest if r.parameters.get("run_id") == run_id]
+        assert runs, f"no flow run of {run_id}"
+        return [state.type.value for r in runs for state in client.read_flow_run_states(r.id)]
+
+
 @timing
 def test_an_equal_candidate_passes_and_is_promoted(bench_env):
     stacks, bp, run_id = bench_env, bench_env.blueprint, "pass-" + uuid.uuid4().hex[:6]
@@ -199,14 +212,34 @@ def test_five_percent_request_errors_fail_the_gate(bench_env):
     assert _green_is_gone(stacks) and _snapshot(stacks) == before
 
 
+def test_too_few_samples_is_inconclusive_and_by_default_rolls_the_candidate_back_without_asking_anyone(bench_env):
+    stacks, run_id = bench_env, "undecided-" + uuid.uuid4().hex[:6]
+    # gate.undecided: rollback, the default, said out loud (a run that asked anyway would show its
+    # pause in its states, then roll back after these 20 s)
+    path = stacks.write_blueprint("undecided.yaml", gate={"min_samples": 500, "undecided": "rollback"},
+                                  promotion={"approval_timeout_s": 20})
+    before = _snapshot(stacks)
+    with pytest.raises(BenchmarkBelowGate, match="not shown non-inferior within its budget") as failed:
+        _flow(path, run_id)
+    message = str(failed.value)
+    assert "rolled back (gate INCONCLUSIVE" in message and "gate.undecided is rollback" in message
+    report = json.loads(Path(message.rsplit("Report: ", 1)[1]).read_text())
+    assert report["outcome"] == "INCONCLUSIVE" and report["reasons"]
+    assert all(reason in message for reason in report["reasons"][:5])  # the figures a person would need
+    assert "< min_samples 500" in message
+    assert _green_is_gone(stacks) and _production_colour(stacks) == "blue" and _snapshot(stacks) == before
+    states = _states(run_id)
+    assert "FAILED" in states and "PAUSED" not in states, states  # nobody was asked
+
+
 def test_too_few_samples_is_inconclusive_and_an_approval_resumes_the_run_to_promotion(bench_env):
     stacks, run_id = bench_env, "few-" + uuid.uuid4().hex[:6]
-    path = stacks.write_blueprint("few.yaml", gate={"min_samples": 500})
+    path = stacks.write_blueprint("few.yaml", gate={"min_samples": 500, "undecided": "ask"})
     approver = Approver(run_id, {"approve": True, "note": "sandbox noise, numbers look right"})
     approver.start()
     result = _flow(path, run_id)
     approver.join(timeout=5)
-    assert approver.paused_state == "Paused"
+    assert approver.paused_state == "Paused" and "PAUSED" in _states(run_id)
     assert result.gate.outcome == "INCONCLUSIVE" and result.outcome == "promoted"
     assert "approved by a person: sandbox noise" in result.decision
     assert _production_colour(stacks) == "green"
@@ -214,8 +247,10 @@ def test_too_few_samples_is_inconclusive_and_an_approval_resumes_the_run_to_prom
 
 def test_no_decision_within_the_approval_timeout_rolls_the_candidate_back(bench_env):
     stacks = bench_env
-    path = stacks.write_blueprint("wait.yaml", gate={"min_samples": 500}, promotion={"approval_timeout_s": 3})
-    before = _snapshot(stacks)
+    path = stacks.write_blueprint("wait.yaml", gate={"min_samples": 500, "undecided": "ask"},
+                                  promotion={"approval_timeout_s": 3})
+    before, run_id = _snapshot(stacks), "wait-" + uuid.uuid4().hex[:6]
     with pytest.raises(BenchmarkBelowGate, match="no decision within 3 s"):
-        _flow(path, "wait-" + uuid.uuid4().hex[:6])
+        _flow(path, run_id)
     assert _green_is_gone(stacks) and _snapshot(stacks) == before
+    assert "PAUSED" in _states(run_id)  # it waited for a person first

@@ -67,7 +67,8 @@ def test_a_suspended_gate_resumed_in_a_new_process_and_working_copy_decides_with
     bp = stacks.blueprint
     # blue's promotion left its baseline in the store (bench_env put it in the local state dir)
     store.put(f"baselines/{bp.name}.json", (tmp_path / "state" / "baselines" / f"{bp.name}.json").read_bytes())
-    source = stacks.write_blueprint("resume.yaml", gate={"min_samples": 500})  # too few samples: INCONCLUSIVE
+    # too few samples: INCONCLUSIVE, and the blueprint has a person decide
+    source = stacks.write_blueprint("resume.yaml", gate={"min_samples": 500, "undecided": "ask"})
 
     def pod(name: str) -> dict[str, str]:
         repo = copy_repo(tmp_path / name / "repo")
@@ -121,7 +122,8 @@ def test_a_suspended_gate_whose_approval_times_out_leaves_its_candidate_to_the_s
     store = LocalStore(tmp_path / "shared-volume")
     bp = stacks.blueprint
     store.put(f"baselines/{bp.name}.json", (tmp_path / "state" / "baselines" / f"{bp.name}.json").read_bytes())
-    source = stacks.write_blueprint("expire.yaml", gate={"min_samples": 500}, promotion={"approval_timeout_s": 5})
+    source = stacks.write_blueprint("expire.yaml", gate={"min_samples": 500, "undecided": "ask"},
+                                    promotion={"approval_timeout_s": 5})
     repo = copy_repo(tmp_path / "pod" / "repo")
     (repo / "blueprints" / "expire.yaml").write_text(source.read_text())
     for d in ("state", "home", "tmp"):

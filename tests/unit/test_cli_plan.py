@@ -55,9 +55,24 @@ def test_validate_a_bad_blueprint_exits_2_with_the_location_and_no_traceback(tmp
         assert "Traceback" not in out.stderr and out.stdout == ""
 
 
-def test_validate_a_good_blueprint_says_ok():
+def test_validate_a_good_blueprint_says_ok_and_what_its_gate_rules_mean():
     out = pdlift("validate", str(BLUEPRINTS[0]))
     assert out.returncode == 0 and "ok" in out.stdout
+    assert "A ratio rule r is the margin itself" in out.stdout
+    assert ("tpot_mean ≤ 1.15× baseline (critical): PASS needs its upper 95% bound at most 1.15; "
+            "FAIL needs it significantly above 1.15") in out.stdout
+    assert "undecided at the end of the budget: rolled back with the reason and the figures" in out.stdout
+
+
+def test_published_figures_without_their_spread_are_refused_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BLUEPRINTS[0].read_text().replace("  cv: {ttft: 0.2, tpot: 0.05}\n", ""))
+    out = pdlift("validate", str(bad))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "baseline" in out.stderr and "cv: published figures need their spread" in out.stderr
+    bad.write_text(BLUEPRINTS[0].read_text().replace("completed: 1000, ", "", 1))
+    out = pdlift("validate", str(bad))
+    assert out.returncode == 2 and "baseline.scenarios.isl-3k[0].completed" in out.stderr
 
 
 def test_missing_file_is_exit_2_not_a_traceback(tmp_path):

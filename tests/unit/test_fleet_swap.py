@@ -153,9 +153,20 @@ def test_the_plan_counts_the_second_fleets_stages_both_benchmarks_and_the_keep_w
     assert x.expected_h == pytest.approx(sum(x.phases_s.values()) / 3600, abs=0.01)
     assert x.expected_usd == pytest.approx(x.expected_h * timeline.usd_per_hour, rel=0.01)
     stages = ("reserve", "launch", "fabric", "weights", "deploy")
-    worst = (sum(timeline.of(s).worst_s for s in stages) + 2 * timeline.of("benchmark").worst_s
-             - bp.promotion.approval_timeout_s + update_plan.SWITCH_WORST_S + 900 + 120 + update_plan.RELEASE_S)
-    assert x.worst_h == pytest.approx(worst / 3600, abs=0.01)  # one approval wait: the candidate's
+    rest = update_plan.SWITCH_WORST_S + 900 + 120 + update_plan.RELEASE_S
+    for choice in ("rollback", "ask"):
+        undecided = bp.model_copy(update={"gate": bp.gate.model_copy(update={"undecided": choice})})
+        timeline = make_plan(undecided).timeline
+        bench = timeline.of("benchmark")
+        # both benchmarks at most to their caps; with ask, one approval wait too: the candidate's
+        worst = sum(timeline.of(s).worst_s for s in stages) + 2 * bench.worst_s + rest
+        if choice == "ask":
+            assert bench.worst_s - bench.expected_s == bp.promotion.approval_timeout_s
+            worst -= bp.promotion.approval_timeout_s
+        else:
+            assert bench.worst_s == bench.expected_s
+        worst_h = update_plan.fleet_overlap(undecided, timeline).worst_h
+        assert worst_h == pytest.approx(worst / 3600, abs=0.01), choice
     assert "fleet: no downtime; a second fleet bills beside the first" in update_plan.describe_fleet(x)
 
 

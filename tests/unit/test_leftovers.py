@@ -35,6 +35,17 @@ def test_the_approval_timeout_is_waited_out_from_the_verdict(waited_s, leftover)
     assert one([replace(EXPIRED, judged_at=NOW - dt.timedelta(seconds=waited_s))]).leftover is leftover
 
 
+def test_with_undecided_rollback_an_inconclusive_gate_is_a_decision_at_once():
+    # gate.undecided: rollback waits for nobody (timeline.approval_wait_s is 0): a candidate whose
+    # rollback never ran (a worker lost after the verdict) is a leftover from the verdict on.
+    at_once = judge_candidates("d", True, "blue", GREEN, [replace(EXPIRED, judged_at=NOW)], NOW, 0)[0]
+    assert at_once.leftover is True
+    assert "(gate.undecided: rollback) and its rollback never ran" in at_once.why
+    before = judge_candidates("d", True, "blue", GREEN, [replace(EXPIRED, judged_at=NOW + dt.timedelta(seconds=1))],
+                              NOW, 0)[0]
+    assert before.leftover is False
+
+
 @pytest.mark.parametrize("verdict, promoted, leftover", [
     ("FAIL", None, True),             # a worker lost between the FAIL and its rollback
     ("PASS", None, False),            # passed, not promoted yet: a re-trigger promotes it

@@ -416,9 +416,19 @@ def test_a_gate_fail_message_names_the_deployment_the_run_the_verdict_and_links_
     assert f"Link: http://127.0.0.1:4200/runs/flow-run/{flow_run}" in body
 
 
+def test_an_inconclusive_gate_that_rolls_back_says_so_and_asks_nobody():
+    subject, body = _render(_specs()["pdlift-gate-inconclusive"], "pdlift.gate.inconclusive",
+                            {"outcome": "INCONCLUSIVE", "run_id": "r-8", "colour": "blue", "undecided": "rollback",
+                             "reasons": ["ttft_mean upper bound 1.08 beyond 1.05"], "approval_timeout_s": 3600}, "fr-1")
+    assert subject == "pdlift dep-a: gate INCONCLUSIVE, run r-8 rolls the candidate back"
+    assert "not shown non-inferior within its budget" in body and "upper bound 1.08" in body
+    assert "approve" not in body.lower() and "3600" not in body
+    assert "The run: http://127.0.0.1:4200/runs/flow-run/fr-1" in body
+
+
 def test_an_inconclusive_gate_message_says_the_run_waits_for_approval_and_where():
     subject, body = _render(_specs()["pdlift-gate-inconclusive"], "pdlift.gate.inconclusive",
-                            {"outcome": "INCONCLUSIVE", "run_id": "r-8", "colour": "blue",
+                            {"outcome": "INCONCLUSIVE", "run_id": "r-8", "colour": "blue", "undecided": "ask",
                              "reasons": ["too few samples"], "approval_timeout_s": 3600}, "fr-1")
     assert "waits for approval" in subject and "Verdict: INCONCLUSIVE" in body
     assert "up to 3600 s" in body and "Approve or reject: http://127.0.0.1:4200/runs/flow-run/fr-1" in body

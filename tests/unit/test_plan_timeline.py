@@ -28,6 +28,15 @@ def sandbox():
     return load_blueprint(REPO / "blueprints" / "sandbox-2p2d.yaml")
 
 
+def undecided(bp, choice: str):
+    """``bp`` with ``gate.undecided: choice`` (ask: an INCONCLUSIVE gate waits for a person)."""
+    return bp.model_copy(update={"gate": bp.gate.model_copy(update={"undecided": choice})})
+
+
+def asking(bp):
+    return undecided(bp, "ask")
+
+
 def by_stage(timeline):
     return {s.stage: (s.expected_s, s.worst_s) for s in timeline.stages}
 
@@ -60,9 +69,10 @@ def test_the_reference_timeline_by_hand(glm):
     assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
     assert stages["deploy"] == (600, 2700)
     # Sequential, 6 rounds, planned as if no point stopped early: every point to its cap
-    # (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget); at most, + the approval wait.
+    # (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget); an INCONCLUSIVE rolls back at once
+    # (gate.undecided: rollback), so at most is the same.
     cap = 3 * 900 + 3 * 1800 + 3 * 2700
-    assert stages["benchmark"] == pytest.approx((min(cap, 270 * 60), min(cap, 270 * 60) + 3600))
+    assert stages["benchmark"] == pytest.approx((min(cap, 270 * 60), min(cap, 270 * 60)))
     assert "as early as 1.5 h if every point is decided at its round 2" in t.of("benchmark").basis
     assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 16200, abs=0.1)
     assert t.usd_per_hour == pytest.approx(4 * 63.296)
@@ -74,7 +84,7 @@ def test_the_sandbox_blueprints_timeline_by_hand(sandbox):
     # test_timeout_s 30; 16 NICs 2 at a time: the control and 8 waves to 2 x 30 + 15 s
     per_node = 3 * 120 + 9 * 75
     assert stages["fabric"][1] == pytest.approx(per_node + 15 * 30 + 2 * (60 + per_node + 13 * 30))
-    assert stages["benchmark"] == (10 + 10 + 15 + 15, 50 + 3600)       # 1 repeat of 4 points
+    assert stages["benchmark"] == (10 + 10 + 15 + 15, 50)              # 1 repeat of 4 points, no approval wait
 
 
 @pytest.mark.parametrize("per_node, waves", [(10, 3), (7, 4), (5, 5), (4, 5), (3, 7), (1, 17)])
@@ -100,33 +110,33 @@ def test_a_fixed_benchmark_is_its_repeats_and_a_budget_cuts_either(glm):
                                              "budget_minutes": None})
     load = 3 * (3 * 300 + 3 * 600 + 3 * 900)                           # 3 repeats of 9 points: 270 min
     assert by_stage(make_plan(glm.model_copy(update={"benchmark": fixed})).timeline)["benchmark"] == \
-        pytest.approx((load, load + 3600))
+        pytest.approx((load, load))
     budget = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 60})})
-    assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600 + 3600))
+    assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600))
     tight = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 80})})
-    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((4800, 4800 + 3600))
+    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((4800, 4800))
     assert "as early as 80 min" in make_plan(tight).timeline.of("benchmark").basis
 
 
 def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
     t = make_plan(glm).timeline
     expected, worst = t.of("benchmark").usd(t.usd_per_hour)
-    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(19800 / 3600 * 4 * 63.296)
+    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(16200 / 3600 * 4 * 63.296)
     assert t.of("weights").usd(None) == (None, None)
     plan = make_plan(glm)
     assert plan.cost.usd_per_run == pytest.approx(t.expected_s / 3600 * 4 * 63.296, abs=0.01)
 
 
 def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
-    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 17.5 h at most, 48 h held
+    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 16.5 h at most, 48 h held
     short = glm.model_copy(update={"expected_run_hours": 5.0})
     assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
     exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
     assert not any("expected_run_hours" in w for w in make_plan(exact).warnings)   # equal is not more
-    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 17, "max_upfront_usd": 5000})
+    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 16, "max_upfront_usd": 5000})
     block = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap})})
     (warning,) = [w for w in make_plan(block).warnings if "Capacity Block" in w]
-    assert "17.4 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
+    assert "16.4 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
     odcr = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": glm.aws.capacity.model_copy(
         update={"duration_hours": 12})})})
     assert any("duration_hours = 12" in w for w in make_plan(odcr).warnings)
@@ -142,10 +152,11 @@ def test_the_pairwise_rounds_are_the_round_robins(glm, prefill, decode, rounds):
 
 
 def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
-    # At most 17.95 h here: inside an 18 h block, not inside its 17.5 usable hours.
+    # At most 17.95 h here (an INCONCLUSIVE may wait 5600 s for a person): inside an 18 h block,
+    # not inside its 17.5 usable hours.
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 18, "max_upfront_usd": 5000})
-    bp = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap}),
-                                "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 5600})})
+    bp = asking(glm).model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap}),
+                                        "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 5600})})
     worst = make_plan(bp).timeline.worst_s
     assert 18 * 3600 - 1800 < worst <= 18 * 3600
     assert any("Capacity Block" in w for w in make_plan(bp).warnings)
@@ -154,13 +165,29 @@ def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
 def test_the_plan_prints_the_timeline_with_its_sources_and_json_carries_it(glm):
     plan = make_plan(glm)
     text = render(plan)
-    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     5.5 h" in text
+    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     4.5 h" in text
     assert "s5cmd#636" in text and "assumed: no published p5en figure" in text
     assert "projected run 5.1 h" in text and "expected run 6 h" not in text
     doc = plan.to_dict()
     assert [s["stage"] for s in doc["timeline"]["stages"]] == ["reserve", "launch", "fabric", "weights", "deploy",
                                                                "benchmark"]
     assert doc["timeline"]["expected_s"] == pytest.approx(plan.timeline.expected_s)
+
+
+def test_an_inconclusives_approval_wait_is_planned_only_when_the_gate_asks_a_person(glm, sandbox):
+    # gate.undecided: rollback (the default) rolls an INCONCLUSIVE back at once: no wait to plan.
+    for bp in (glm, sandbox):
+        rolls_back, asks = make_plan(undecided(bp, "rollback")).timeline, make_plan(asking(bp)).timeline
+        assert rolls_back.of("benchmark").expected_s == asks.of("benchmark").expected_s
+        assert asks.of("benchmark").worst_s - rolls_back.of("benchmark").worst_s == bp.promotion.approval_timeout_s
+        assert asks.worst_s - rolls_back.worst_s == bp.promotion.approval_timeout_s
+        assert "rolls back at once (gate.undecided: rollback)" in rolls_back.of("benchmark").basis
+        assert "wait for approval" not in rolls_back.of("benchmark").basis
+        assert (f"plus an INCONCLUSIVE's wait for approval ({bp.promotion.approval_timeout_s} s, gate.undecided: ask)"
+                in asks.of("benchmark").basis)
+    fixed = sandbox.model_copy(update={"benchmark": sandbox.benchmark.model_copy(update={"sequential": None})})
+    assert "gate.undecided: ask" in make_plan(asking(fixed)).timeline.of("benchmark").basis
+    assert "gate.undecided: rollback" in make_plan(undecided(fixed, "rollback")).timeline.of("benchmark").basis
 
 
 def test_the_migrate_summary_shows_each_stage_beside_its_projection(glm):

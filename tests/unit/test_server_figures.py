@@ -177,5 +177,5 @@ def test_a_rule_on_a_server_figure_is_report_only_unless_it_says_otherwise():
     gated = evaluate_gate([candidate], baseline, gate_spec(
         GateRule(metric="prefill_queue_ms_mean", max_ratio=1.2, report_only=False, critical=True)))
     row = next(r for r in gated.rows if r.metric == "prefill_queue_ms_mean")
-    assert row.ratio == pytest.approx(2.0) and "t test over 3 repeats" in row.method
+    assert row.ratio == pytest.approx(2.0) and "t test of log figures over 3 candidate repeats against the baseline's 3 repeats" in row.method
     assert gated.outcome.value == "FAIL"

@@ -87,3 +87,13 @@ def test_the_plan_warns_when_the_blueprints_strategy_cannot_update_its_fleet():
 
 def test_an_unrelated_variant_keeps_the_estimate_shape():
     assert set(_estimate(variant(engine={"block_size": 128})).phases_s) == {"drain", "bring_up", "benchmark", "switch"}
+
+
+def test_the_worst_downtime_counts_an_inconclusives_approval_wait_only_when_the_gate_asks():
+    def undecided(choice):
+        return REFERENCE.model_copy(update={"gate": REFERENCE.gate.model_copy(update={"undecided": choice})})
+
+    rolls_back, asks = _estimate(undecided("rollback")), _estimate(undecided("ask"))
+    assert asks.expected_s == rolls_back.expected_s
+    assert asks.worst_s - rolls_back.worst_s == pytest.approx(REFERENCE.promotion.approval_timeout_s)
+    assert "approval wait (gate.undecided: ask)" in asks.basis and "approval" not in rolls_back.basis

@@ -41,7 +41,7 @@ def run(n: int, *, seed: int, ttft_ms: float = 120.0, tpot_ms: float | tuple[flo
     return summarize(records, durations, slo, client_saturated=saturated)
 
 
-def gate_spec(*rules: GateRule, slo: SloSpec = SloSpec(), min_samples: int = 50, max_error_rate: float = 0.01,
+def gate_spec(*rules: GateRule, slo: SloSpec = SloSpec(), min_samples: int = 12, max_error_rate: float = 0.01,
               confidence: float = 0.95) -> GateSpec:
     return GateSpec(slo=slo, rules=list(rules) or [GateRule(metric="tpot_mean", max_ratio=1.10, critical=True)],
                     min_samples=min_samples, max_error_rate=max_error_rate, confidence=confidence)

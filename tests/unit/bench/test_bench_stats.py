@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from tasks.planning.bench_stats import (Blocks, RatioTest, betainc, bootstrap_ratio, holm, normal_quantile,
+from tasks.planning.bench_stats import (Blocks, Figure, RatioTest, betainc, bootstrap_ratio, holm, normal_quantile,
                                         normal_sf, t_quantile, t_sf, t_test)
 
 
@@ -87,7 +87,25 @@ def test_against_a_fixed_figure_only_the_candidate_is_resampled():
     test = bootstrap_ratio(values, 5.0, "mean", seed=0)
     lo, hi = test.bounds(0.95)
     assert test.ratio == pytest.approx(2.0) and lo < 2.0 < hi and hi - lo < 0.05
-    assert "a published figure" in test.method
+    assert "a fixed figure" in test.method
+
+
+def test_a_published_figure_adds_the_variance_it_was_measured_with():
+    values = Blocks.of([9.0, 10.0, 11.0] * 100)
+    exact = bootstrap_ratio(values, 5.0, "mean", seed=0)
+    published = bootstrap_ratio(values, Figure.of(5.0, "mean", cv=0.3, n=57), "mean", seed=0)
+    assert published.ratio == exact.ratio
+    assert published.se_log ** 2 == pytest.approx(exact.se_log ** 2 + 0.3 ** 2 / 57)
+    assert "a published figure with its own standard error (0.04 in log)" in published.method
+
+
+def test_a_figures_variance_follows_its_statistic():
+    assert Figure.of(10.0, "mean", cv=0.2, n=100).var_log == pytest.approx(0.04 / 100)
+    # The median of n normal values: asymptotic variance (pi / 2) sigma^2 / n.
+    assert Figure.of(10.0, "p50", cv=0.2, n=100).var_log == pytest.approx(math.pi / 2 * 0.04 / 100, rel=1e-9)
+    # A tail percentile is less exact than the median: p99's factor is 0.0099 / phi(2.326)^2 = 13.94.
+    assert Figure.of(10.0, "p99", cv=0.2, n=100).var_log == pytest.approx(13.937 * 0.04 / 100, rel=1e-3)
+    assert Figure.of(10.0, "run", cv=0.03, n=1).var_log == pytest.approx(0.0009)
 
 
 def test_blocks_of_requests_that_moved_together_widen_the_interval():

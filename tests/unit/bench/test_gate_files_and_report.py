@@ -45,11 +45,11 @@ def test_the_baseline_document_has_the_versioned_shape(runs):
 
 
 def test_blueprint_figures_become_a_baseline_without_samples():
-    spec = BaselineSpec(source="published", scenarios={"isl-3k": [
-        BaselinePoint(concurrency=8, ttft_ms_mean=120, tpot_ms_mean=12, output_tokens_per_s=900)]})
+    spec = BaselineSpec(source="published", cv={"ttft": 0.1, "tpot": 0.1}, scenarios={"isl-3k": [
+        BaselinePoint(concurrency=8, completed=300, ttft_ms_mean=120, tpot_ms_mean=12, output_tokens_per_s=900)]})
     entry = baseline_from_spec(spec).lookup("isl-3k", 8)
     assert dict(entry.figures) == {"ttft_mean": 120, "tpot_mean": 12, "output_tokens_per_s": 900}
-    assert entry.samples is None and entry.completed is None
+    assert entry.samples is None and entry.completed == 300 and dict(entry.cv) == {"ttft": 0.1, "tpot": 0.1}
 
 
 @pytest.mark.parametrize("text, message", [

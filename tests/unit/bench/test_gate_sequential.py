@@ -144,6 +144,23 @@ def test_a_borderline_candidate_runs_to_its_cap_and_is_left_to_a_person():
     assert "cap of 600 s (6 rounds)" in stop.note
 
 
+def test_a_point_spends_no_alpha_at_looks_its_sample_count_cannot_judge():
+    # 10 blocks a round against min_samples 40: the point can be judged from round 4 on. Looks 2
+    # and 3 could only be INCONCLUSIVE, so they spend nothing, and round 4 gets all alpha due by
+    # then (before, looks 2 and 3 spent their share for nothing and round 4 was stricter).
+    schedule, report, ran = drive(bench(), gate_spec(TPOT, min_samples=40), baseline(), scale=lambda rnd: 1.5)
+    (stop,) = schedule.stops
+    assert report.outcome is Verdict.FAIL and stop.rounds == 4 == len(ran)
+    family = schedule.family
+    assert stop.alpha_critical == pytest.approx(levels(0.05 / family, ROUNDS, 2.0, first=4)[3])
+    assert stop.alpha == pytest.approx(levels(0.05, ROUNDS, 2.0, first=4)[3])
+    assert stop.alpha_critical > levels(0.05 / family, ROUNDS, 2.0)[3] * 1.2
+    # One block short of judging at round 4: nothing decides until round 5, which spends from there.
+    schedule, report, ran = drive(bench(), gate_spec(TPOT, min_samples=41), baseline(), scale=lambda rnd: 1.5)
+    (stop,) = schedule.stops
+    assert stop.rounds == 5 and stop.alpha_critical == pytest.approx(levels(0.05 / family, ROUNDS, 2.0, first=5)[4])
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_one_slow_first_round_never_decides_and_never_fails_an_equal_candidate(seed):
     # The whole first round 2x slower (a cold cache, a noisy neighbour), every later one equal.
@@ -248,7 +265,7 @@ def test_a_critical_check_fails_only_below_its_looks_boundary():
 def test_a_point_the_baseline_does_not_publish_stops_once_its_slos_are_decided():
     # A published baseline names one concurrency per scenario; the others hold to the SLOs only,
     # and a look at such a point alone must see it the same way the final report does.
-    gate = gate_spec(TPOT, slo=SloSpec(tpot_ms=100))
+    gate = gate_spec(TPOT, slo=SloSpec(tpot_ms=100), min_samples=10)   # c=16: 5 blocks a round
     schedule, report, _ = drive(bench(8, 16), gate, baseline((8,)))
     stops = {st.concurrency: st for st in schedule.stops}
     assert stops[16].reason == "decided" and stops[16].rounds == MIN_ROUNDS
