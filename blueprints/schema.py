@@ -241,19 +241,6 @@ class SloSpec(Frozen):
     e2e_ms: PositiveFloat | None = None
 
 
-class BaselinePoint(Frozen):
-    concurrency: PositiveInt
-    # How many requests the published means were drawn from: with ``BaselineSpec.cv`` it gives the
-    # figure its uncertainty (a mean of 57 requests is not exact, and a gate that held it exact
-    # would PASS a candidate at the margin more often than alpha).
-    completed: PositiveInt = Field(description="Requests the published figures were measured on.")
-    ttft_ms_mean: PositiveFloat
-    tpot_ms_mean: PositiveFloat
-    ttft_ms_p99: PositiveFloat | None = None
-    tpot_ms_p99: PositiveFloat | None = None
-    output_tokens_per_s: PositiveFloat | None = None
-
-
 class BaselineCv(Frozen):
     """The spread behind published figures, stated (a recorded baseline carries its samples instead):
     the coefficient of variation of one request's TTFT and TPOT at the published points, and of a
@@ -263,6 +250,21 @@ class BaselineCv(Frozen):
     tpot: PositiveFloat
     e2e: PositiveFloat | None = None
     run: PositiveFloat | None = None   # None: a run-level rule against these figures is not judged
+
+
+class BaselinePoint(Frozen):
+    concurrency: PositiveInt
+    # How many requests the published means were drawn from: with ``BaselineSpec.cv`` it gives the
+    # figure its uncertainty (a mean of 57 requests is not exact, and a gate that held it exact
+    # would PASS a candidate at the margin more often than alpha).
+    completed: PositiveInt = Field(description="Requests the published figures were measured on.")
+    # This point's spread where it differs from the baseline's ``cv`` (long prompts queue less).
+    cv: BaselineCv | None = None
+    ttft_ms_mean: PositiveFloat
+    tpot_ms_mean: PositiveFloat
+    ttft_ms_p99: PositiveFloat | None = None
+    tpot_ms_p99: PositiveFloat | None = None
+    output_tokens_per_s: PositiveFloat | None = None
 
 
 class BaselineSpec(Frozen):
@@ -345,6 +347,9 @@ class GateSpec(Frozen):
     # reason and the figures (a decision, as a schedule or an API rollout expects), or held for a
     # person's approval (promotion.approval_timeout_s).
     undecided: Literal["rollback", "ask"] = "rollback"
+    # `pdlift validate` refuses a gate whose rules `pdlift plan` projects it cannot decide within
+    # its load (tasks/planning/gate_sizing.py); true takes that knowingly: a warning instead.
+    allow_undecidable: bool = False
 
 
 class SequentialSpec(Frozen):

@@ -7,13 +7,26 @@ import json
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    import sys
+
     from blueprints.loader import load_blueprint
     from tasks.planning.gate import describe_rules
+    from tasks.planning.gate_sizing import size_gate
+    from tasks.planning.plan import gate_warnings
 
     bp = load_blueprint(args.blueprint)
+    undecidable = gate_warnings(size_gate(bp), bp.gate.allow_undecidable)
+    if undecidable and not bp.gate.allow_undecidable:
+        print(f"{args.blueprint}: gate: its rules cannot be decided within the benchmark's load "
+              "(`pdlift plan` shows the figures); widen the rules, give the points more load, make the "
+              "rule report_only, or set gate.allow_undecidable: true to accept it:\n"
+              + "\n".join(f"  - {line}" for line in undecidable), file=sys.stderr)
+        return 2
     print(f"{args.blueprint}: ok ({bp.name}: {bp.node_count} x {bp.aws.instance_type}, "
           f"{bp.engine.name} + {bp.kv_transfer.connector} over {bp.kv_transfer.protocol})")
     print("gate:\n" + "\n".join(f"  - {line}" for line in describe_rules(bp.gate)))
+    for line in undecidable:
+        print(f"warning: {line}")
     return 0
 
 

@@ -81,8 +81,9 @@ def baseline_from_spec(spec: BaselineSpec) -> Baseline:
         for p in points:
             figures = {"ttft_mean": p.ttft_ms_mean, "tpot_mean": p.tpot_ms_mean, "ttft_p99": p.ttft_ms_p99,
                        "tpot_p99": p.tpot_ms_p99, "output_tokens_per_s": p.output_tokens_per_s}
-            entries.append(BaselineEntry(scenario, p.concurrency,
-                                         {k: v for k, v in figures.items() if v is not None}, p.completed, cv=cv))
+            own = {k: v for k, v in (p.cv.model_dump() if p.cv else {}).items() if v is not None}
+            entries.append(BaselineEntry(scenario, p.concurrency, {k: v for k, v in figures.items() if v is not None},
+                                         p.completed, cv={**cv, **own}))
     return Baseline(source=spec.source, entries=tuple(entries))
 
 

@@ -16,6 +16,7 @@ from tasks.planning import update_plan
 from tasks.planning.manifests import render_stack
 from tasks.planning.strategy import StrategyRefused
 from tasks.planning.timeline import Timeline, project
+from tasks.planning.gate_sizing import GateSize, size_gate
 
 TCP_SLOWDOWN = 100  # KV over TCP instead of EFA: assumed ~100x slower (docs/sources.md#efa-tcp-fallback)
 PD_WORTH_IT_MAX_CONCURRENCY = 8
@@ -66,10 +67,28 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     # How a redeploy or rollout replaces the live colour on this fleet (tasks/planning/update_plan.py).
     updates: dict = field(default_factory=dict)
+    # Whether the gate can decide within its load (tasks/planning/gate_sizing.py).
+    gate: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Stable machine output: field names only ever get added, under a format version."""
         return {"format_version": PLAN_FORMAT_VERSION, **asdict(self)}
+
+
+def _finite(value):
+    """JSON has no infinity: a margin never certifiable says "never"."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return "never" if isinstance(value, float) and value == float("inf") else value
+
+
+def gate_warnings(sized: GateSize, allowed: bool) -> list[str]:
+    """One line per check the gate cannot decide within its load (``pdlift validate`` refuses them
+    unless ``gate.allow_undecidable``)."""
+    lead = "gate (allowed by gate.allow_undecidable): " if allowed else "gate cannot decide: "
+    return [lead + c.why for c in sized.undecidable]
 
 
 def make_plan(bp: Blueprint) -> Plan:
@@ -87,6 +106,7 @@ def make_plan(bp: Blueprint) -> Plan:
     timeline = project(bp, (dense + expert) / 1e9, per_hour.usd_per_hour * bp.node_count if per_hour else None)
     cost = _cost(bp, timeline.expected_s / 3600)
     updates, update_warnings = _updates(bp, timeline, gpn)
+    sized = size_gate(bp)
     return Plan(
         blueprint=bp.name,
         model=bp.model.name,
@@ -101,8 +121,9 @@ def make_plan(bp: Blueprint) -> Plan:
         cost=cost,
         timeline=timeline,
         warnings=[*_warnings(bp, prefill, decode, scenarios, cost, gpn, gpu_gb), *timeline.warnings,
-                  *update_warnings],
+                  *update_warnings, *gate_warnings(sized, bp.gate.allow_undecidable)],
         updates=updates,
+        gate=_finite(asdict(sized)),
     )
 
 

@@ -19,6 +19,31 @@ def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> list[st
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def _gate(plan: Plan, h, markdown: bool) -> list[str]:
+    g = plan.gate
+    if not g or not g["checks"]:
+        notes = [f"- {n}" for n in (g or {}).get("notes", ())] or ["- no ratio checks to size"]
+        return [h("Gate (projected)"), "", *notes, ""]
+    rows = []
+    for c in g["checks"]:
+        def pct(v):
+            return "—" if v is None else f"{v:.0%}"
+        rows.append([f"{c['scenario']} @ {c['concurrency']}", c["metric"], f"{c['rule']:g}", str(c["requests"]),
+                     f"{c['minutes']:.1f}", "—" if c["se"] is None else f"{c['se']:.3f}", pct(c["p_pass_equal"]),
+                     pct(c["p_fail_twice"]), "—" if c["smallest_margin"] is None else f"{c['smallest_margin']:.3f}",
+                     "—" if c["minutes_needed"] is None else ("never" if c["minutes_needed"] == "never"
+                                                              else f"{c['minutes_needed']:.1f}"),
+                     "yes" if c["decidable"] else "NO"])
+    out = [h("Gate (projected)"), ""]
+    out += _table(["point", "rule", "r", "requests", "cap min", "SE log", "P(PASS|equal)", "P(FAIL|2x)",
+                   "certifiable", "min needed", "decides"], rows, markdown)
+    whole = g["p_pass_equal"]
+    out += ["", "P(PASS | equal) for the whole gate: " + ("— (a check cannot PASS)" if whole is None else f"{whole:.0%}")]
+    if g["stated_cv"]:
+        out.append("The CVs are stated in the blueprint (baseline.cv), not measured: a recorded baseline's are better.")
+    return out + [f"- {n}" for n in g["notes"]] + [""]
+
+
 def _timeline(plan: Plan, markdown: bool) -> list[str]:
     t = plan.timeline
     rows = []
@@ -63,6 +88,7 @@ def render(plan: Plan, markdown: bool = False) -> str:
         out += [h("Updates (redeploy, rollout)"), "",
                 f"strategy on this fleet: {u['strategy']} ({u['reason']})", u["recreate"],
                 f"(recreate: {u['recreate_downtime']['basis']})", u["fleet"], ""]
+    out += _gate(plan, h, markdown)
     out += [h("Will create"), ""] + [f"- {r}" for r in plan.resources] + [""]
     out += [h("Warnings"), ""] + ([f"- {w}" for w in plan.warnings] or ["- none"])
     return "\n".join(out) + "\n"

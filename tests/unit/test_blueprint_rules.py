@@ -98,8 +98,8 @@ def test_baseline_must_name_known_scenarios():
 
 
 def test_gate_rules_need_a_bound_unless_report_only():
-    found = _problems(_edit(("{metric: ttft_p99, max_ratio: 1.10}", "{metric: ttft_p99}")))
-    assert "has no bound" in found["gate.rules[1]"]
+    found = _problems(_edit(("{metric: tpot_mean, max_ratio: 1.15, critical: true}", "{metric: tpot_mean, critical: true}")))
+    assert "has no bound" in found["gate.rules[2]"]
 
 
 def test_ports_must_be_distinct():

@@ -1,0 +1,148 @@
+"""Whether the blueprint's gate can decide within its load, before any load is run. Pure.
+
+For every check the gate will make with a ratio (each gated rule at each point the published
+baseline covers), from the load the blueprint plans and the uncertainty the baseline states:
+
+- the projected load at the point: requests per second by Little's law from the baseline's own
+  figures, concurrency / (TTFT + output_tokens x TPOT) (an equal candidate runs as fast), over
+  the point's cap (``duration_s``, at most ``max_requests``, within ``benchmark.budget_minutes``);
+- the projected standard error of log(candidate / baseline): the candidate's n requests at the
+  per-request CV the baseline states, cv^2 / n (cv^2 q(1 - q) / (n phi(z_q)^2) for a percentile),
+  plus the published figure's own variance (``bench_stats.Figure``);
+- P(PASS | equal): the chance its upper bound comes out within the rule, Phi(ln r / SE - z_a);
+  P(FAIL | twice the margin): the chance a candidate twice as far from 1 as the rule is shown
+  significantly beyond it, at a critical check's Bonferroni level alpha / m (Holm's first step);
+- the smallest margin it can certify at 90% power for the whole gate (every gated check must
+  PASS, so each needs power 0.9^(1/m)): exp(SE (z_a + z_b)); and the minutes of load that the
+  margin written would need, or "never" when the baseline's own variance alone is too large.
+
+A check is undecidable when the margin written needs more load than the point's cap, or the
+baseline publishes no figure for it (it is INCONCLUSIVE every time, so the gate never PASSes).
+What this leaves out, each making it optimistic: the time blocks (requests in flight together
+move together; the gate's bootstrap counts them), the drift between sessions (the old service
+measured another day: 0.02 per session in the study behind ``gate_paired``), and the
+group-sequential looks (about 15% more load than a single look). A rule on a run-level figure
+(a throughput) is not sized: its noise is between runs, which nothing states before a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from blueprints.schema import Blueprint, GateRule
+from tasks.planning.bench_baseline import baseline_from_spec
+from tasks.planning.bench_stats import Figure, normal_quantile, normal_sf
+from tasks.planning.metrics import split_metric
+
+POWER = 0.90
+
+
+@dataclass(frozen=True)
+class CheckSize:
+    scenario: str
+    concurrency: int
+    metric: str
+    rule: float                        # the ratio rule r (max or min)
+    critical: bool
+    requests: int                      # projected at the point's cap
+    minutes: float                     # the point's cap, minutes of load
+    se: float | None                   # projected SE of log(ratio); None: not sized
+    p_pass_equal: float | None
+    p_fail_twice: float | None
+    smallest_margin: float | None      # the rule it could certify at 90% power for the gate
+    minutes_needed: float | None       # for the rule written; inf: never against this baseline
+    decidable: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class GateSize:
+    checks: tuple[CheckSize, ...]
+    p_pass_equal: float | None         # all gated checks PASS at once (independent checks)
+    stated_cv: bool                    # the CVs are stated in the blueprint, not measured
+    notes: tuple[str, ...]
+
+    @property
+    def undecidable(self) -> tuple[CheckSize, ...]:
+        return tuple(c for c in self.checks if not c.decidable)
+
+
+def _phi(x: float) -> float:
+    return 1.0 - normal_sf(x)
+
+
+def _var_factor(stat: str) -> float:
+    """Per-request variance of a statistic relative to a mean's (1 for a mean)."""
+    return Figure.of(1.0, stat, 1.0, 1).var_log
+
+
+def size_gate(bp: Blueprint) -> GateSize:
+    gate, bench = bp.gate, bp.benchmark
+    alpha = 1.0 - gate.confidence
+    rules = [r for r in gate.rules if not r.report_only and (r.max_ratio is not None or r.min_ratio is not None)]
+    points = [(s, c) for s in bench.scenarios for c in s.concurrencies]
+    baseline = baseline_from_spec(bp.baseline) if bp.baseline.scenarios else None
+    covered = [(s, c, e) for s, c in points if baseline and (e := baseline.lookup(s.name, c)) is not None]
+    m = max(1, sum(len([b for b in (r.max_ratio, r.min_ratio) if b is not None]) for r in rules) * len(covered))
+    m_critical = max(1, sum(len([b for b in (r.max_ratio, r.min_ratio) if b is not None])
+                            for r in rules if r.critical) * len(covered))
+    z_a, z_b = normal_quantile(1.0 - alpha), normal_quantile(POWER ** (1.0 / m))
+    budget_s = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
+    checks = []
+    for scenario, concurrency, entry in covered:
+        per_request_s = (entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0
+        rate = concurrency / per_request_s
+        cap_s = min(scenario.duration_s, budget_s)
+        n = max(1, min(scenario.max_requests, int(rate * cap_s)))
+        for rule in rules:
+            for r in (rule.max_ratio, rule.min_ratio):
+                if r is not None:
+                    checks.append(_size(rule, r, scenario.name, concurrency, entry, n, rate, cap_s, z_a, z_b, alpha, m_critical))
+    passing = [c.p_pass_equal for c in checks]
+    p_all = math.prod(passing) if checks and all(p is not None for p in passing) else None  # type: ignore[misc]
+    notes = []
+    if checks:
+        notes.append("optimistic: time blocks, drift between sessions and the sequential looks are left out "
+                     "(tasks/planning/gate_sizing.py)")
+    if rules and not covered:
+        notes.append("no published baseline point: the ratio rules are judged against the last promotion's "
+                     "recording, whose spread the plan cannot see")
+    return GateSize(tuple(checks), p_all, bool(baseline and covered), tuple(notes))
+
+
+def _size(rule: GateRule, r: float, scenario: str, concurrency: int, entry, n: int, rate: float, cap_s: float,
+          z_a: float, z_b: float, alpha: float, m_critical: int) -> CheckSize:
+    minutes = cap_s / 60.0
+    parts = split_metric(rule.metric)
+    base = CheckSize(scenario, concurrency, rule.metric, r, rule.critical, n, minutes, None, None, None, None, None,
+                     False, "")
+    if rule.metric not in entry.figures:
+        return replace(base, why=f"the baseline publishes no {rule.metric} at {scenario} @ {concurrency}: "
+                                  "INCONCLUSIVE every time (publish it, or make the rule report_only)")
+    cv = entry.cv.get(parts[0]) if parts else None
+    if parts is None or cv is None:
+        what = "a run-level figure: its noise is between runs" if parts is None else \
+            f"no stated CV for {parts[0]} (baseline.cv.{parts[0]})"
+        return replace(base, decidable=parts is None, why=f"not sized: {what}")
+    family, stat = parts
+    factor = _var_factor(stat)
+    own = Figure.of(entry.figures[rule.metric], stat, cv, entry.completed or 1).var_log
+    se = math.sqrt(cv * cv * factor / n + own)
+    d = abs(math.log(r))
+    twice = abs(math.log(max(1e-9, 1.0 + 2.0 * (r - 1.0))))
+    level_fail = alpha / m_critical if rule.critical else alpha
+    p_pass = _phi(d / se - z_a) if d > 0 else 0.0
+    p_fail = _phi((twice - d) / se - normal_quantile(1.0 - level_fail))
+    smallest = math.exp(se * (z_a + z_b))
+    smallest = smallest if r >= 1.0 else 1.0 / smallest
+    need_se = d / (z_a + z_b)
+    room = need_se * need_se - own
+    needed = math.inf if room <= 0 or d == 0 else cv * cv * factor / (rate * room) / 60.0
+    decidable = needed <= minutes
+    why = (f"{rule.metric} {'≤' if r >= 1 else '≥'} {r:g} at {scenario} @ {concurrency}: SE {se:.3f} over "
+           f"{n} requests in {minutes:.0f} min; smallest margin it can certify {smallest:.3f}; "
+           + ("never certifiable against this baseline (its own variance is too large)" if math.isinf(needed)
+              else f"{needed:.0f} min needed for {r:g}"))
+    return CheckSize(scenario, concurrency, rule.metric, r, rule.critical, n, minutes, se, p_pass, p_fail, smallest,
+                     needed, decidable, why)
