@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="The module docstring (scripts/bench/mutation.py) says how it works.")
     p.add_argument("modules", nargs="*", metavar="MODULE",
-                   help="modules below tasks/planning or tasks/parsing (default: the Suite issue's eleven)")
+                   help="modules below tasks/planning or tasks/parsing (default: the fabric, ledger, lease, EC2, rolling and staging decision modules)")
     p.add_argument("--named", action="store_true",
                    help=f"rerun the named mutants of {NAMED_FILE.name} instead (MODULE: ids or areas to rerun)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants at a time (default: CPU count)")

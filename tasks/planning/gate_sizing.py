@@ -90,6 +90,18 @@ def size_gate(bp: Blueprint) -> GateSize:
     z_a, z_b = normal_quantile(1.0 - alpha), normal_quantile(POWER ** (1.0 / m))
     budget_s = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
     checks = []
+    for scenario, concurrency in points:
+        # Every point's checks wait for min_samples blocks; one that never has them is never
+        # judged, and its samples check keeps the whole gate from PASSing.
+        published = [e for e in (baseline.entries if baseline else ()) if e.scenario == scenario.name]
+        nearest = min(published, key=lambda e: abs(e.concurrency - concurrency), default=None)
+        projected = _projected_requests(scenario, concurrency, nearest, budget_s)
+        if projected is not None and projected // concurrency < gate.min_samples:
+            checks.append(CheckSize(scenario.name, concurrency, "completed", float(gate.min_samples), True, projected,
+                                    min(scenario.duration_s, budget_s) / 60.0, None, None, None, None, None, False,
+                                    f"{scenario.name} @ {concurrency}: about {projected} requests in its cap are "
+                                    f"{projected // concurrency} blocks of {concurrency}, under min_samples "
+                                    f"{gate.min_samples}: never judged, so the gate never PASSes"))
     for scenario, concurrency, entry in covered:
         per_request_s = (entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0
         rate = concurrency / per_request_s
@@ -109,6 +121,16 @@ def size_gate(bp: Blueprint) -> GateSize:
         notes.append("no published baseline point: the ratio rules are judged against the last promotion's "
                      "recording, whose spread the plan cannot see")
     return GateSize(tuple(checks), p_all, bool(baseline and covered), tuple(notes))
+
+
+def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> int | None:
+    """Requests the point's cap holds, by Little's law from the published figures at this point or,
+    failing that, at the scenario's nearest published concurrency (latency grows with load, so a
+    lower one overestimates: the samples check is then lenient). None without any figure."""
+    if entry is None:
+        return None
+    per_request_s = (entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0
+    return max(1, min(scenario.max_requests, int(concurrency / per_request_s * min(scenario.duration_s, budget_s))))
 
 
 def _size(rule: GateRule, r: float, scenario: str, concurrency: int, entry, n: int, rate: float, cap_s: float,

@@ -60,8 +60,8 @@ def test_the_figures_own_variance_can_make_a_margin_uncertifiable_at_any_load():
 
 @pytest.mark.parametrize("duration_s, decidable", [(600.0, True), (1.0, False)])
 def test_a_check_is_decidable_only_when_its_cap_gives_the_load_it_needs(duration_s, decidable):
-    (check,) = _size(_blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}],
-                                duration_s=duration_s)).checks
+    (check,) = [c for c in _size(_blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}],
+                                            duration_s=duration_s)).checks if c.metric == "ttft_mean"]
     assert check.decidable is decidable and (check.minutes_needed <= check.minutes) is decidable
 
 
@@ -107,3 +107,14 @@ def test_validate_refuses_an_undecidable_gate_naming_it_unless_the_blueprint_acc
 
     sized = json.loads(as_json.stdout, parse_constant=no_constants)["gate"]
     assert sized["checks"][0]["minutes_needed"] == "never" and sized["checks"][0]["decidable"] is False
+
+
+def test_a_point_whose_cap_holds_fewer_blocks_than_min_samples_is_named():
+    doc = _blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}], duration_s=6.0)
+    doc["gate"]["min_samples"] = 6        # 6 s hold 40 requests: 5 blocks of 8
+    sized = _size(doc)
+    (samples,) = [c for c in sized.checks if c.metric == "completed"]
+    assert not samples.decidable and samples.requests == 40
+    assert "40 requests in its cap are 5 blocks of 8, under min_samples 6" in samples.why
+    doc["gate"]["min_samples"] = 5
+    assert not [c for c in _size(doc).checks if c.metric == "completed"]
