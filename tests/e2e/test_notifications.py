@@ -171,7 +171,7 @@ def test_a_gate_fail_notifies_the_webhook_naming_verdict_and_blueprint_and_a_pas
                                                    "colour": "green"}),
         notifications.gate_event(bp.name, "INCONCLUSIVE", {"outcome": "INCONCLUSIVE", "reasons": ["too few"],
                                                            "run_id": later, "colour": "green",
-                                                           "approval_timeout_s": 30}),
+                                                           "undecided": "ask", "approval_timeout_s": 30}),
         notifications.failed_billing_event(bp.name, later, "bp.yaml", "fabric", RuntimeError("no EFA"),
                                            [LedgerEntry("instance", "i-0later", "launch", "us-east-2a", 63.3)],
                                            63.3, {}),
