@@ -7,7 +7,7 @@ point measured as 3 repeats of a third of its cap: the fixed-length gate the ref
 it was sequential) from a latency model, run the real gate (``tasks.planning.gate.evaluate_gate``,
 the blueprint's rules and level), and count its verdicts over many comparisons. The baseline is a
 recorded run (its requests kept, as promotion records one), measured at another time than the
-candidate: this is the recorded-baseline path, the only one the product has. ``--sequential`` runs
+candidate: this is the recorded-baseline path ("recorded"). ``--sequential`` runs
 the candidate through the sequential gate as the benchmark stage does
 (``tasks.planning.gate_sequential.Schedule``: rounds, looks, early stops), against the same
 full-length baseline, beside the fixed gate on the same draw:
@@ -20,6 +20,21 @@ full-length baseline, beside the fixed gate on the same draw:
     tpot@margin  mean TPOT exactly at the critical tpot_mean rule's max_ratio: PASS at most alpha
     ttft-tail    10% of requests' TTFT 2.5x slower, the median unchanged (mean about +15%)
     tpot-tail    10% of requests' TPOT 3x slower (mean about +20%; the reference's rule allows 15%)
+
+The paired path ("paired", ``DESIGN_P45``: the design "P45" of the gate study, gate-decides.md
+section 4) has both colours live at once under one request stream: 3k@64 for 19.3 min, 60k@16 for
+6.0 min, 120k@8 for 17.0 min (cap 42.3 min), each point's time split into 18 windows in which both
+colours see the same drift (it cancels) and each its own requests' noise and batch factors; judged
+by the product's ``tasks.planning.gate_paired``: pooled TTFT and pooled TPOT contracts at 1.05
+(weights: inverse projected variance per point, from the model's per-request variance and request
+rate), guards per input length at 1.20 (m = 8 checks), three looks at 1/3, 2/3 and all of every
+point's windows, ``Levels.of(0.05, 3, 2.0, 8)``; undecided at the cap is INCONCLUSIVE. A margin
+case sits at the contracts' 1.05; two more cases, ``ttft+20%@120k`` and ``ttft+30%@120k``, change
+the longest prompts alone (at and past their guard). Minutes of load: the look it stopped at x the
+cap / 3. No bootstrap: 1,000 draws of a case take seconds. Windows cut the one stream by time, so a
+batch (``concurrency`` requests in flight together) cut by a boundary correlates two neighbouring
+windows, which the jackknife takes as independent; ``--drain`` ends each window with a drain instead
+(no batch straddles two windows; the idle time a drain costs is not simulated).
 
 The latency model (``--noise``, see ``NOISES``): log-normal request latencies whose spread within
 one run is read off the published serving benchmarks the model cites, part of it shared by the
@@ -43,10 +58,13 @@ a model, from the request generator alone.
                                                [--critical-only]      # the critical rules alone
                                                [--sequential]         # the sequential gate beside the fixed one
                                                [--noise public|pessimistic|wide|both]
+                                               [--paths recorded,paired]   # default: both
+                                               [--minutes 19.3,6,17] [--windows 18] [--drain]   # paired design
+                                               [--window-drift 0.02]  # paired: common drift per window
                                                [--ratios]             # each model's p99/p50, then exit
 
-The last line, for the recorded-baseline path (the gate that ran: the fixed one, or the sequential
-one with ``--sequential``, as the reference's benchmark runs), is
+The recorded-baseline path's line (the gate that ran: the fixed one, or the sequential one with
+``--sequential``, as the reference's benchmark runs) is
 
     gate_sim[recorded]: pass_equal=P fail_ttft10=F fail_tpot10=F pass_at_margin=P minutes_p95=M
 
@@ -55,9 +73,13 @@ of ttft@margin and tpot@margin) as fractions of the draws, and minutes_p95 the 9
 the minutes of candidate load a comparison spent (the largest over those cases; the fixed gate
 always spends its whole plan). A case not run reads ``n/a``. Under a model other than the default
 the tag names it (``gate_sim[recorded,pessimistic]``); ``--noise both`` prints the pessimistic line
-first and the default's last. The paired path (both colours live, requests alternated between them
-in paired windows, a jackknife over the windows) gets its own line, ``gate_sim: pass_equal=...``,
-printed last, once the paired gate exists in the product (``PATHS``).
+first and the default's last. The paired path's lines come after the recorded path's, the last line
+of all its own under the default model:
+
+    gate_sim: pass_equal=P fail_ttft10=F fail_tpot10=F pass_at_margin=P minutes_p95=M
+
+(the same figures, the margin cases at the design's 1.05), with ``gate_sim[paired,pessimistic]``
+before it under ``--noise both``. ``--paths paired`` runs that path alone.
 
 No external peer (the sequential gate is compared with the fixed one, both pdlift's): nothing to
 install beyond ``scripts/setup``.
@@ -89,6 +111,7 @@ from blueprints.loader import load_blueprint  # noqa: E402
 from tasks.planning.bench_baseline import baseline_from_summaries  # noqa: E402
 from blueprints.schema import SequentialSpec  # noqa: E402
 from tasks.planning.gate import Verdict, evaluate_gate, expected_points  # noqa: E402
+from tasks.planning.gate_paired import Check, Levels, WindowSums, jackknife, look  # noqa: E402
 from tasks.planning.gate_sequential import Schedule  # noqa: E402
 from tasks.planning.metrics import Distribution, Samples, ScenarioSummary  # noqa: E402
 
@@ -106,6 +129,11 @@ class Case:
     ttft_tail: tuple[float, float] = (0.0, 1.0)   # (share of requests, factor)
     tpot_tail: tuple[float, float] = (0.0, 1.0)
     margin: str | None = None     # a critical rule's metric: the candidate sits exactly at its max_ratio
+    scenario: str | None = None   # only this scenario's requests are changed (None: every scenario's)
+
+    def at(self, scenario: str) -> "Case":
+        """The case as one scenario's requests see it: unchanged outside ``scenario``."""
+        return self if self.scenario in (None, scenario) else CASES["equal"]
 
     @property
     def watched(self) -> str:
@@ -245,13 +273,20 @@ def set_noise(model: str, sequential: dict | None = None, blueprint: Path | str 
         BLUEPRINT = Path(blueprint)
 
 
-def _latencies(rng: np.random.Generator, n: int, mean: float, family: str, block: int, drift: float,
-               tail: tuple[float, float], noise: Noise | None = None) -> np.ndarray:
+def _latencies(rng: np.random.Generator, n: int, mean: float, family: str, block: int, drift: float | np.ndarray,
+               tail: tuple[float, float], noise: Noise | None = None, blocks: np.ndarray | None = None) -> np.ndarray:
+    """n requests' latencies with mean ``mean``: each request's own factor, one factor per block of
+    ``block`` consecutive requests (requests in flight together; ``blocks``: each request's block
+    number instead), the model's heavy tail, the case's ``tail`` (share, factor), and ``drift`` (one
+    factor, or one per request)."""
     model = noise or NOISES[NOISE]
     body, batch = model.sigmas(family, block)
     median = mean / (math.exp(body ** 2 / 2 + batch ** 2 / 2) * model.tail_mean())   # the mean stays ``mean``
     values = median * rng.lognormal(0.0, body, n)
-    values *= np.repeat(rng.lognormal(0.0, batch, -(-n // block)), block)[:n]   # requests in flight together
+    if blocks is None:
+        values *= np.repeat(rng.lognormal(0.0, batch, -(-n // block)), block)[:n]   # requests in flight together
+    else:
+        values *= rng.lognormal(0.0, batch, int(blocks[-1]) + 1)[blocks]
     if model.tail_share:
         values *= np.where(rng.random(n) < model.tail_share,
                            rng.lognormal(math.log(model.tail_factor), TAIL_SIGMA, n), 1.0)
@@ -274,13 +309,25 @@ def tail_ratios(noise: str = DEFAULT_NOISE, concurrency: int = 1, requests: int 
     return out
 
 
+def _load_factor(concurrency: int) -> float:
+    """A busier engine is a little slower: the means at ``concurrency`` are the baseline's x this."""
+    return 1.0 + 0.003 * concurrency
+
+
+def expected_e2e_s(ttft_mean: float, tpot_mean: float, tokens: int, concurrency: int) -> float:
+    """A request's mean end-to-end time at ``concurrency`` (seconds): the load model's, so a point
+    of d seconds holds concurrency x d / this requests."""
+    return (ttft_mean + (tokens - 1) * tpot_mean) * _load_factor(concurrency) / 1000.0
+
+
 def _repeat(rng: np.random.Generator, scenario, concurrency: int, duration_s: float, case: Case,
             means: dict[str, tuple[float, float]]):
     ttft_mean, tpot_mean = means[scenario.name]
     tokens = scenario.output_tokens
-    load = 1.0 + 0.003 * concurrency
-    expected_e2e_s = (ttft_mean + (tokens - 1) * tpot_mean) * load / 1000.0
-    n = max(2, int(concurrency * duration_s / expected_e2e_s))
+    case = case.at(scenario.name)
+    load = _load_factor(concurrency)
+    e2e_s = expected_e2e_s(ttft_mean, tpot_mean, tokens, concurrency)
+    n = max(2, int(concurrency * duration_s / e2e_s))
     drift = float(rng.lognormal(0.0, 0.02))                # a repeat's own offset (thermals, neighbours)
     ttft = _latencies(rng, n, ttft_mean * load * case.ttft_scale, "ttft", concurrency, drift, case.ttft_tail)
     tpot = _latencies(rng, n, tpot_mean * load * case.tpot_scale, "tpot", concurrency, drift, case.tpot_tail)
@@ -479,17 +526,247 @@ def worst(results: dict[str, dict[str, float]]) -> tuple[float, float, float]:
     return false_fail, false_pass, inconclusive
 
 
+# --- the paired path ------------------------------------------------------------------------------
+#
+# Both colours live at once under one request stream (a fleet swap: the candidate beside the service
+# it replaces), each point's measured time split into windows; within a window both colours see the
+# same drift, each its own requests' noise and its own batches. Judged by the product's paired gate,
+# ``tasks.planning.gate_paired`` (jackknife over windows, fixed-weight pooled contracts, guards per
+# input length, group-sequential looks): this script only draws the windows' sums.
+
+@dataclass(frozen=True)
+class PairedDesign:
+    """A paired gate's plan: the points and their minutes, the windows a point is split into, the
+    contracts' margin (pooled TTFT, pooled TPOT), the guards' margin (each family at each input
+    length), the looks and the level. The cap is the points' minutes together; look k of K judges
+    the first k/K of every point's windows (as if rounds of all points were interleaved), so a gate
+    decided at look k spent k/K of the cap."""
+
+    name: str
+    points: tuple[tuple[str, int, float], ...]     # (scenario, concurrency, minutes)
+    windows: tuple[int, ...]                       # per point, in the order of ``points``
+    margin: float
+    guard: float
+    looks: int
+    alpha: float
+    rho: float
+    families: tuple[str, ...] = ("ttft", "tpot")
+    # True: a window ends with a drain (no request in flight crosses into the next window), so the
+    # requests in flight together, which share a batch factor, never straddle two windows; False:
+    # windows cut the one stream by time, and a batch cut by a boundary correlates the two windows.
+    drain: bool = False
+
+    @property
+    def cap_minutes(self) -> float:
+        return math.fsum(m for *_, m in self.points)
+
+    def scenarios(self) -> list[str]:
+        return list(dict.fromkeys(s for s, _, _ in self.points))
+
+
+# "P45" of the gate study (/work/shared/reference/gate-decides.md, section 4 "A design that decides").
+DESIGN_P45 = PairedDesign(
+    "P45",
+    points=(("isl-3k", 64, 19.3),       # section 4, "Allocation: 3k@64 19.3 min,
+            ("isl-60k", 16, 6.0),       #   60k@16 6.0 min,
+            ("isl-120k", 8, 17.0)),     #   120k@8 17.0 min; cap 42.3 min" (load where the information is)
+    windows=(18, 18, 18),               # section 4: "18 windows -> 17 df" per point
+    margin=1.05,                        # section 4: "two contracts at a 5% margin: pooled TTFT and pooled TPOT"
+    guard=1.20,                         # section 4: "guards per input length at 20%; m = 8 checks in all"
+    looks=3,                            # section 4: "Three looks" (here at 1/3, 2/3 and all of the windows)
+    alpha=0.05,                         # the gate's level: 1 - gate.confidence (0.95, blueprints/schema.py)
+    rho=2.0,                            # section 4: "the existing power-family spending": SequentialSpec.spending's 2.0
+)
+# The study's TTFT weights for these points (section 4: "weights from the plan, 0.86/0.07/0.07"),
+# computed under the simulator's model of the time (--noise pessimistic); printed beside ours.
+STUDY_TTFT_WEIGHTS = (0.86, 0.07, 0.07)
+# Log-sigma of a window's drift, common to both colours (the recorded path's per-repeat drift).
+WINDOW_DRIFT = 0.02
+
+# The paired path's cases: the recorded path's (a margin case at the design's contract margin) and
+# a regression at the longest prompts alone, at and past the guard's margin (section 4's table).
+PAIRED_CASES = {**CASES, **{c.name: c for c in (
+    Case("ttft+20%@120k", regression=True, ttft_scale=1.20, scenario="isl-120k"),
+    Case("ttft+30%@120k", regression=True, ttft_scale=1.30, scenario="isl-120k"),
+)}}
+
+
+def paired_case(name: str, design: PairedDesign = DESIGN_P45) -> Case:
+    """A case on the paired design: a margin case exactly at its contracts' margin."""
+    case = PAIRED_CASES[name]
+    if case.margin is None:
+        return case
+    return replace(case, **{case.margin.split("_")[0] + "_scale": design.margin})
+
+
+def request_variance(noise: Noise, family: str, concurrency: int) -> float:
+    """v: n x the squared relative standard error of the mean of n requests in blocks of
+    ``concurrency`` under ``noise``: the per-request CV^2 f (body and heavy tail) plus the block
+    factor's CV^2 g once per block, v = f (1 + g) + concurrency g."""
+    body, batch = noise.sigmas(family, concurrency)
+    tail_mean = noise.tail_mean()
+    tail_second = (1.0 - noise.tail_share
+                   + noise.tail_share * noise.tail_factor ** 2 * math.exp(2.0 * TAIL_SIGMA ** 2))
+    f = math.exp(body ** 2) * tail_second / tail_mean ** 2 - 1.0
+    g = math.exp(batch ** 2) - 1.0
+    return f * (1.0 + g) + concurrency * g
+
+
+Point = tuple[str, int]        # (scenario, concurrency)
+
+
+@dataclass(frozen=True)
+class PairedPlan:
+    design: PairedDesign
+    requests: dict[Point, int]                     # requests per colour over the point's minutes
+    rates: dict[Point, float]                      # requests per minute per colour
+    means: dict[Point, tuple[float, float]]        # (TTFT, TPOT) baseline means at the point's load, ms
+    weights: dict[str, dict[Point, float]]         # family -> {point: weight}, summing to 1
+    checks: tuple[Check, ...]                      # the contracts, then the guards
+    levels: Levels
+
+
+@lru_cache(maxsize=16)
+def paired_plan(design: PairedDesign, noise: str, blueprint: Path) -> PairedPlan:
+    """The design on ``blueprint``'s scenarios under ``noise``: each point's request rate (the load
+    model, concurrency x 60 / mean end-to-end time, per colour), requests, and the contracts'
+    weights, fixed before any draw: inverse projected variance, r T / (2 v) per point (the log ratio
+    of two colours' means over r T requests each has variance 2 v / (r T))."""
+    if len(design.windows) != len(design.points) or min(design.windows) < 2 * design.looks:
+        raise ValueError(f"design {design.name}: one window count per point, each at least 2 a look")
+    bp = _load(blueprint)
+    means, scenarios = scenario_means(bp), {s.name: s for s in bp.benchmark.scenarios}
+    if missing := [s for s in design.scenarios() if s not in scenarios]:
+        raise ValueError(f"design {design.name}: the blueprint has no scenario(s) {', '.join(missing)}")
+    model = NOISES[noise]
+    rates: dict[Point, float] = {}
+    requests: dict[Point, int] = {}
+    at_load: dict[Point, tuple[float, float]] = {}
+    for (scenario, c, minutes), windows in zip(design.points, design.windows):
+        ttft, tpot = means[scenario]
+        rates[(scenario, c)] = c * 60.0 / expected_e2e_s(ttft, tpot, scenarios[scenario].output_tokens, c)
+        requests[(scenario, c)] = max(2 * windows, int(rates[(scenario, c)] * minutes))
+        at_load[(scenario, c)] = (ttft * _load_factor(c), tpot * _load_factor(c))
+    weights: dict[str, dict[Point, float]] = {}
+    for family in design.families:
+        info = {(s, c): requests[(s, c)] / (2.0 * request_variance(model, family, c)) for s, c, _ in design.points}
+        total = math.fsum(info.values())
+        weights[family] = {p: i / total for p, i in info.items()}
+    checks = [Check(family, family, design.margin, weights[family]) for family in design.families]
+    for scenario in design.scenarios():
+        for family in design.families:
+            checks.append(Check(f"{family} @ {scenario}", family, design.guard,
+                                {(s, c): 1.0 for s, c, _ in design.points if s == scenario}, kind="guard"))
+    levels = Levels.of(design.alpha, design.looks, design.rho, len(checks))
+    return PairedPlan(design, requests, rates, at_load, weights, tuple(checks), levels)
+
+
+def _paired_windows(rng: np.random.Generator, plan: PairedPlan, case: Case, drift: float,
+                    noise: Noise) -> dict[str, dict[Point, np.ndarray]]:
+    """One draw of every point: {family: {point: array (windows, 4) of candidate sum, count,
+    baseline sum, count}}. Both colours get the same requests (one stream), each colour its own
+    per-request noise and batch factors (blocks of ``concurrency`` consecutive requests, which a
+    window boundary may cut unless the design drains between windows), and a window's drift
+    multiplies both."""
+    design = plan.design
+    out: dict[str, dict] = {f: {} for f in design.families}
+    for (scenario, c, _), w in zip(design.points, design.windows):
+        point, n = (scenario, c), plan.requests[(scenario, c)]
+        seen = case.at(scenario)
+        window = np.arange(n) * w // n                                 # contiguous, near-equal windows
+        factor = rng.lognormal(0.0, drift, w)[window]                  # common to both colours
+        counts = np.bincount(window, minlength=w)
+        blocks = None
+        if design.drain:                                               # batches restart at each window
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            per_window = -(-counts.max() // c)
+            blocks = window * per_window + (np.arange(n) - starts[window]) // c
+        for family, mean in zip(("ttft", "tpot"), plan.means[point]):
+            if family not in out:
+                continue
+            scale, tail = (seen.ttft_scale, seen.ttft_tail) if family == "ttft" else (seen.tpot_scale, seen.tpot_tail)
+            cand = _latencies(rng, n, mean * scale, family, c, factor, tail, noise, blocks)
+            base = _latencies(rng, n, mean, family, c, factor, (0.0, 1.0), noise, blocks)
+            out[family][point] = np.column_stack([np.bincount(window, cand, w), counts,
+                                                  np.bincount(window, base, w), counts])
+    return out
+
+
+def compare_paired(case_name: str, draw: int, seed: int, design: PairedDesign = DESIGN_P45,
+                   drift: float = WINDOW_DRIFT) -> tuple[str, float, int]:
+    """One paired comparison through ``tasks.planning.gate_paired.look``: (verdict, minutes of load,
+    the look it stopped at). Look k judges the first k/K of every point's windows; an undecided gate
+    at the last look is INCONCLUSIVE."""
+    plan = paired_plan(design, NOISE, BLUEPRINT)
+    rng = np.random.default_rng([seed, draw, zlib_of(case_name), zlib_of("paired")])
+    sums = _paired_windows(rng, plan, paired_case(case_name, design), drift, NOISES[NOISE])
+    windows = dict(zip(((s, c) for s, c, _ in design.points), design.windows))
+    for k in range(1, design.looks + 1):
+        estimates = {family: {point: jackknife([WindowSums(float(cs), int(cn), float(bs), int(bn))
+                                                for cs, cn, bs, bn in rows[:k * windows[point] // design.looks]])
+                              for point, rows in points.items()}
+                     for family, points in sums.items()}
+        result = look(plan.checks, estimates, plan.levels, k)
+        if result.outcome is not None:
+            return result.outcome.value, k * design.cap_minutes / design.looks, k
+    raise AssertionError("gate_paired.look decides at the last look")   # pragma: no cover
+
+
+def simulate_paired(cases: list[str], draws: int, seed: int, workers: int = 1, design: PairedDesign = DESIGN_P45,
+                    drift: float = WINDOW_DRIFT) -> dict[str, dict[str, float]]:
+    """{case: {verdict: rate, "minutes_mean", "minutes_p95", "look k": rate, "seconds"}}"""
+    out = {}
+    for name in cases:
+        start = time.monotonic()
+        args = ([name] * draws, range(draws), [seed] * draws, [design] * draws, [drift] * draws)
+        if workers > 1:
+            with _workers(workers) as pool:
+                got = list(pool.map(compare_paired, *args, chunksize=max(1, draws // (4 * workers))))
+        else:
+            got = [compare_paired(*a) for a in zip(*args)]
+        verdicts = [g[0] for g in got]
+        out[name] = {v.value: verdicts.count(v.value) / draws for v in Verdict}
+        out[name].update({f"look {k}": sum(g[2] == k for g in got) / draws for k in range(1, design.looks + 1)})
+        out[name].update(_minutes(np.array([g[1] for g in got])), seconds=time.monotonic() - start)
+    return out
+
+
+def describe_paired(design: PairedDesign = DESIGN_P45) -> str:
+    """The design as simulated: its points, rates, and the contracts' weights beside the study's."""
+    plan = paired_plan(design, NOISE, BLUEPRINT)
+    points = ", ".join(f"{s}@{c} {m:g} min in {w} windows ({plan.rates[(s, c)]:.1f}/min, "
+                       f"{plan.requests[(s, c)]} requests a colour)"
+                       for (s, c, m), w in zip(design.points, design.windows))
+    weights = "; ".join(f"{f} " + "/".join(f"{w:.3f}" for w in plan.weights[f].values()) for f in design.families)
+    drain = ", a drain after each window" if design.drain else ""
+    return (f"paired {design.name}: {points}; cap {design.cap_minutes:.1f} min{drain}, "
+            f"{design.looks} looks, m={len(plan.checks)} checks (contracts at {design.margin:g}, guards at "
+            f"{design.guard:g}); weights {weights} (the study's TTFT: "
+            + "/".join(f"{w:.2f}" for w in STUDY_TTFT_WEIGHTS) + ")")
+
+
+def print_paired(results: dict[str, dict[str, float]], draws: int, design: PairedDesign = DESIGN_P45) -> None:
+    print(describe_paired(design))
+    looks = [f"look {k}" for k in range(1, design.looks + 1)]
+    print(f"{'case':<14} {'draws':>6} {'FAIL':>7} {'PASS':>7} {'INCONCL':>8} {'false':>7} "
+          + " ".join(f"{k:>7}" for k in looks) + f" {'min mean':>9} {'min p95':>8} {'s':>6}")
+    for name, r in results.items():
+        case = paired_case(name, design)
+        bad = "PASS" if case.regression or case.margin else "FAIL"
+        print(f"{name:<14} {draws:>6} {r['FAIL']:>7.1%} {r['PASS']:>7.1%} {r['INCONCLUSIVE']:>8.1%} {r[bad]:>7.1%} "
+              + " ".join(f"{r[k]:>7.1%}" for k in looks)
+              + f" {r['minutes_mean']:>9.1f} {r['minutes_p95']:>8.1f} {r['seconds']:>6.0f}")
+
+
 # --- the last lines ------------------------------------------------------------------------------
 
 HEADLINE_CASES = ("equal", "ttft+10%", "tpot+10%", "ttft@margin", "tpot@margin")
 
 # The gate paths a line is printed for, in this order, the last printed last. "recorded": the
-# candidate against a recorded baseline, the gate the product has (``compare``,
-# ``compare_sequential``). The paired path (both colours live, requests alternated between them in
-# paired windows, a jackknife over the windows) comes with the paired gate: append "paired" here,
-# with its own simulate function giving the same {case: {verdict: rate, "minutes_p95"}}; its line
-# is the plain ``gate_sim: ...``, last.
-PATHS = ("recorded",)
+# candidate against a recorded baseline (``compare``, ``compare_sequential``). "paired": both colours
+# live, requests alternated between them in paired windows, judged by ``tasks.planning.gate_paired``
+# (``compare_paired``, the design ``DESIGN_P45``); its line is the plain ``gate_sim: ...``, last.
+PATHS = ("recorded", "paired")
 
 
 def headline(results: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -508,15 +785,51 @@ def headline(results: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def line(path: str, noise: str, figures: dict[str, float]) -> str:
-    """``gate_sim[PATH]: pass_equal=... minutes_p95=...``; the paired path's is ``gate_sim:``, and a
-    model other than the default is named in the tag (``gate_sim[recorded,pessimistic]``)."""
-    tags = [t for t in (None if path == "paired" else path, None if noise == DEFAULT_NOISE else noise) if t]
-    tag = f"gate_sim[{','.join(tags)}]" if tags else "gate_sim"
+    """``gate_sim[PATH]: pass_equal=... minutes_p95=...``; the paired path's under the default model
+    is the plain ``gate_sim:``, and a model other than the default is named in the tag
+    (``gate_sim[recorded,pessimistic]``, ``gate_sim[paired,pessimistic]``)."""
+    default = noise == DEFAULT_NOISE
+    tag = "gate_sim" if path == "paired" and default else f"gate_sim[{path}{'' if default else ',' + noise}]"
 
     def fmt(key: str, value: float) -> str:
         return "n/a" if math.isnan(value) else f"{value:.1f}" if key == "minutes_p95" else f"{value:.3f}"
 
     return f"{tag}: " + " ".join(f"{k}={fmt(k, v)}" for k, v in figures.items())
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated numbers") from None
+
+
+def paired_design(minutes: tuple[float, ...] | None = None, windows: tuple[float, ...] | None = None,
+                  drain: bool = False, design: PairedDesign = DESIGN_P45) -> PairedDesign:
+    """``design`` with its points' minutes, windows per point (one for all, or one each) or drain
+    replaced (``--minutes``, ``--windows``, ``--drain``); named P45 while unchanged."""
+    changes: dict = {}
+    if minutes:
+        if len(minutes) != len(design.points):
+            raise SystemExit(f"--minutes: one per point ({len(design.points)})")
+        changes["points"] = tuple((s, c, m) for (s, c, _), m in zip(design.points, minutes))
+    if windows:
+        counts = tuple(int(w) for w in windows) * (len(design.points) if len(windows) == 1 else 1)
+        if len(counts) != len(design.points):
+            raise SystemExit(f"--windows: one for all points or one per point ({len(design.points)})")
+        changes["windows"] = counts
+    if drain:
+        changes["drain"] = True
+    changed = replace(design, **changes)
+    return changed if changed == design else replace(changed, name=design.name + " (changed)")
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    """``--paths``: a comma-separated subset of ``PATHS``, printed in ``PATHS``' order."""
+    asked = {p.strip() for p in text.split(",") if p.strip()}
+    if not asked or asked - set(PATHS):
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated subset of {','.join(PATHS)}")
+    return tuple(p for p in PATHS if p in asked)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -526,8 +839,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--blueprint", type=Path, default=REFERENCE,
                         help="the blueprint whose benchmark, baseline means and gate are simulated")
-    parser.add_argument("--cases", nargs="+", choices=list(CASES),
-                        help="default: every case (a margin case where the blueprint has its critical rule)")
+    parser.add_argument("--cases", nargs="+", choices=list(PAIRED_CASES),
+                        help="default: every case of each path (recorded: a margin case where the blueprint has "
+                             "its critical rule; the *@120k cases are the paired path's alone)")
+    parser.add_argument("--paths", type=_paths, default=PATHS,
+                        help="comma-separated gate paths to simulate, of " + ",".join(PATHS) + " (default: all)")
+    parser.add_argument("--window-drift", type=float, default=WINDOW_DRIFT,
+                        help="paired: log-sigma of a window's drift, common to both colours")
+    parser.add_argument("--minutes", type=_floats, help="paired: each design point's minutes (default: P45's "
+                        + ",".join(f"{m:g}" for *_, m in DESIGN_P45.points) + ")")
+    parser.add_argument("--windows", type=_floats, help="paired: windows per point, one for all or one each "
+                        "(default: P45's " + ",".join(map(str, DESIGN_P45.windows)) + ")")
+    parser.add_argument("--drain", action="store_true",
+                        help="paired: drain between windows, so no batch straddles two windows")
     parser.add_argument("--duration-scale", type=float, default=1.0,
                         help="measure each point this many times longer than the blueprint says (more requests)")
     parser.add_argument("--critical-only", action="store_true",
@@ -547,21 +871,28 @@ def main(argv: list[str] | None = None) -> int:
             r = tail_ratios(name)
             print(f"noise {name}: concurrency 1, one run: TTFT p99/p50 {r['ttft']:.3f}, TPOT p99/p50 {r['tpot']:.4f}")
         return 0
-    cases = args.cases or available_cases(_load(args.blueprint))
-    lines = []
+    design = paired_design(args.minutes, args.windows, args.drain)
+    recorded_cases = [c for c in args.cases or available_cases(_load(args.blueprint)) if c in CASES]
+    paired_cases = args.cases or list(PAIRED_CASES)
+    by_path: dict[str, list[str]] = {path: [] for path in args.paths}
     for noise in ("pessimistic", DEFAULT_NOISE) if args.noise == "both" else (args.noise,):
         set_noise(noise, {k: v for k, v in (("rounds", args.rounds), ("spending", args.spending),
                                             ("order", args.order)) if v is not None}, args.blueprint)
         r = tail_ratios(noise)
         print(f"noise {noise}: concurrency 1, one run: TTFT p99/p50 {r['ttft']:.3f}, TPOT p99/p50 {r['tpot']:.4f}")
-        if args.sequential:
-            results = simulate_sequential(cases, args.draws, args.seed, args.workers, args.critical_only)
-            print_sequential(results, args.draws)
-        else:
-            results = simulate(cases, args.draws, args.seed, args.workers, args.duration_scale, args.critical_only)
-            print_fixed(results, args.draws)
-        lines += [line(path, noise, headline(results)) for path in PATHS]
-    print("\n".join(lines))
+        for path in args.paths:
+            if path == "paired":
+                results = simulate_paired(paired_cases, args.draws, args.seed, args.workers, design, args.window_drift)
+                print_paired(results, args.draws, design)
+            elif args.sequential:
+                results = simulate_sequential(recorded_cases, args.draws, args.seed, args.workers, args.critical_only)
+                print_sequential(results, args.draws)
+            else:
+                results = simulate(recorded_cases, args.draws, args.seed, args.workers, args.duration_scale,
+                                   args.critical_only)
+                print_fixed(results, args.draws)
+            by_path[path].append(line(path, noise, headline(results)))
+    print("\n".join(text for path in args.paths for text in by_path[path]))   # the paired path's, default model, last
     return 0
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import math
+import re
 import sys
 from pathlib import Path
+
+import numpy as np
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "bench" / "gate_sim.py"
 
@@ -54,11 +58,14 @@ def test_the_last_lines_are_the_recorded_paths_default_model_last(capsys):
         "minutes_p95=270.0")
     assert sim.line("paired", "public", figures).startswith("gate_sim: pass_equal=0.900 ")
     assert sim.line("recorded", "pessimistic", figures).startswith("gate_sim[recorded,pessimistic]: ")
+    assert sim.line("paired", "pessimistic", figures).startswith("gate_sim[paired,pessimistic]: pass_equal=0.900 ")
     assert sim.main(["--draws", "1", "--workers", "1", "--cases", "equal", "ttft@margin", "--noise", "both"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-2].startswith("gate_sim[recorded,pessimistic]: pass_equal=")
-    assert lines[-1].startswith("gate_sim[recorded]: pass_equal=") and " fail_ttft10=n/a " in lines[-1]
-    assert lines[-1].endswith(" minutes_p95=270.0")                  # the fixed gate spends its whole plan
+    assert lines[-4].startswith("gate_sim[recorded,pessimistic]: pass_equal=")
+    assert lines[-3].startswith("gate_sim[recorded]: pass_equal=") and " fail_ttft10=n/a " in lines[-3]
+    assert lines[-3].endswith(" minutes_p95=270.0")                  # the fixed gate spends its whole plan
+    assert lines[-2].startswith("gate_sim[paired,pessimistic]: pass_equal=")
+    assert lines[-1].startswith("gate_sim: pass_equal=")              # the paired path, the default model, last
 
 
 def test_the_sequential_gate_keeps_the_error_rates_and_never_loads_past_the_cap():
@@ -75,9 +82,63 @@ def test_the_sequential_gate_keeps_the_error_rates_and_never_loads_past_the_cap(
 
 def test_the_sequential_last_line_names_the_load_time_and_the_error_rates(capsys):
     assert _sim().main(["--sequential", "--draws", "1", "--workers", "1", "--cases", "equal", "ttft+10%",
-                        "--critical-only", "--rounds", "4"]) == 0
+                        "--critical-only", "--rounds", "4", "--paths", "recorded"]) == 0
     *_, last, recorded = capsys.readouterr().out.strip().splitlines()
     assert last.startswith("gate_sim_sequential: minutes_p95_pass=")
     assert " minutes_p95_fail=" in last and " false_fail=" in last and " false_pass=" in last
     # The recorded path's line is the sequential gate's: its load is what the rounds spent.
     assert recorded.startswith("gate_sim[recorded]: pass_equal=") and " minutes_p95=" in recorded
+
+
+# --- the paired path: both colours live, judged by tasks.planning.gate_paired ---------------------
+
+PAIRED_LINE = re.compile(r"gate_sim: pass_equal=[01]\.\d{3} fail_ttft10=[01]\.\d{3} fail_tpot10=[01]\.\d{3} "
+                         r"pass_at_margin=[01]\.\d{3} minutes_p95=\d+\.\d")
+
+
+def test_the_paired_path_runs_end_to_end_and_prints_its_line_last(capsys):
+    sim = _sim()
+    assert sim.main(["--paths", "paired", "--draws", "2", "--workers", "1", "--seed", "3",
+                     "--cases", "equal", "ttft+10%", "tpot+10%", "ttft@margin", "tpot@margin"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert PAIRED_LINE.fullmatch(out[-1]), out[-1]
+    assert not any(line.startswith("gate_sim[recorded") for line in out)     # --paths paired: that path alone
+    minutes = float(out[-1].rsplit("=", 1)[1])
+    assert 0 < minutes <= sim.DESIGN_P45.cap_minutes + 0.05                 # a look's share of the 42.3 min cap
+
+
+def test_the_paired_design_is_the_studys_p45_with_weights_from_the_model():
+    sim = _sim()
+    design = sim.DESIGN_P45
+    assert [(s, c) for s, c, _ in design.points] == [("isl-3k", 64), ("isl-60k", 16), ("isl-120k", 8)]
+    assert math.isclose(design.cap_minutes, 42.3) and design.windows == (18, 18, 18)
+    from tasks.planning.gate_paired import Levels
+
+    plan = sim.paired_plan(design, "pessimistic", sim.REFERENCE)
+    assert [c.margin for c in plan.checks] == [1.05, 1.05] + [1.20] * 6          # two contracts, six guards
+    assert plan.levels == Levels.of(0.05, 3, 2.0, 8)
+    # The study computed its weights under the model of the time, now --noise pessimistic: 0.86/0.07/0.07.
+    for ours, study in zip(plan.weights["ttft"].values(), sim.STUDY_TTFT_WEIGHTS):
+        assert abs(ours - study) < 0.01
+    for family in ("ttft", "tpot"):
+        assert math.isclose(sum(sim.paired_plan(design, "public", sim.REFERENCE).weights[family].values()), 1.0)
+
+
+def test_in_the_paired_path_common_drift_cancels_and_a_clear_regression_fails(monkeypatch):
+    sim = _sim()
+    from tasks.planning.gate_paired import WindowSums, jackknife
+
+    # A window's drift of 50% (log-sigma 0.5), both colours alike: the baseline's own window means
+    # swing by that much, the paired ratio hardly moves.
+    plan = sim.paired_plan(sim.DESIGN_P45, "public", sim.REFERENCE)
+    sums = sim._paired_windows(np.random.default_rng(5), plan, sim.CASES["equal"], 0.5, sim.NOISES["public"])
+    rows = sums["ttft"][("isl-3k", 64)]
+    assert np.std(np.log(rows[:, 2] / rows[:, 3])) > 0.3
+    assert jackknife([WindowSums(*map(float, r)) for r in rows]).se < 0.02
+    verdicts = [sim.compare_paired("equal", d, 3, drift=0.5)[0] for d in range(4)]
+    assert verdicts == ["PASS"] * 4
+    # Mean TTFT 30% worse at every point: FAILed, and at the first look (a third of the cap).
+    monkeypatch.setitem(sim.PAIRED_CASES, "ttft+30%", sim.Case("ttft+30%", regression=True, ttft_scale=1.30))
+    for d in range(3):
+        verdict, minutes, k = sim.compare_paired("ttft+30%", d, 3, drift=0.5)
+        assert verdict == "FAIL" and k == 1 and math.isclose(minutes, sim.DESIGN_P45.cap_minutes / 3)
