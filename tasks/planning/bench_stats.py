@@ -188,6 +188,9 @@ class Figure:
 
     value: float
     var_log: float
+    # Degrees of freedom of var_log when it is itself estimated from a few repeats (Student's t,
+    # Welch-Satterthwaite with the other side); None: stated, taken as known.
+    df: float | None = None
 
     @classmethod
     def of(cls, value: float, stat: str, cv: float, n: int) -> "Figure":
@@ -225,13 +228,15 @@ def bootstrap_ratio(candidate: Blocks, baseline: Blocks | Figure | float, stat: 
         return None
     rng = np.random.default_rng(seed)
     cand = _log_variance(candidate.replicates(stat, rng, resamples), candidate_repeats)
-    base = (baseline.var_log, None) if fixed else _log_variance(  # type: ignore[union-attr]
+    base = (baseline.var_log, baseline.df) if fixed else _log_variance(  # type: ignore[union-attr]
         baseline.replicates(stat, rng, resamples), baseline_repeats)  # type: ignore[union-attr]
     if cand is None or base is None:
         return None
     side = ("the baseline's samples, resampled the same way" if not fixed else "a fixed figure"
             if baseline.var_log == 0 else  # type: ignore[union-attr]
-            f"a published figure with its own standard error ({math.sqrt(baseline.var_log):.2g} in log)")  # type: ignore
+            ("a recorded figure with the standard error of its repeats" if baseline.df is not None  # type: ignore
+             else "a published figure with its own standard error")
+            + f" ({math.sqrt(baseline.var_log):.2g} in log)")  # type: ignore[union-attr]
     method = (f"bootstrap of the {stat} ratio over {candidate.n_blocks} time blocks of {candidate.block} "
               f"request(s), against {side}")
     drifted = [who for who, (_, df) in (("candidate", cand), ("baseline", base)) if df is not None]
@@ -345,10 +350,10 @@ def repeats_ratio(candidate: Sequence[float], baseline: Sequence[float] | Figure
         if baseline.value <= 0:
             return None
         if var_c is None:  # one candidate run: the stated between-run spread stands for it too
-            se2, df = 2.0 * baseline.var_log, None
+            se2, df = 2.0 * baseline.var_log, baseline.df
         else:
             se2, df = var_c / len(cand) + baseline.var_log, _satterthwaite((var_c / len(cand), len(cand) - 1.0),
-                                                                          (baseline.var_log, None))
+                                                                          (baseline.var_log, baseline.df))
         where = "a published figure with its between-run spread"
         diff = mean_c - math.log(baseline.value)
     else:

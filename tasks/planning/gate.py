@@ -255,11 +255,12 @@ def _slo_check(s: ScenarioSummary, family: str, limit: float, blocker: str | Non
     return _Pending(shown, bound, value, pending.test)
 
 
-def _baseline_side(rule: GateRule, entry: BaselineEntry, family: str | None, stat: str) -> Blocks | Figure | str:
+def _baseline_side(rule: GateRule, entry: BaselineEntry, family: str | None, stat: str,
+                   samples: bool = True) -> Blocks | Figure | str:
     """The baseline as the test sees it: its samples, or its figure with the spread it was measured
-    with (stated for published figures, its repeats' for a recorded one without samples); a reason
-    when nothing says how exact the figure is."""
-    if family is not None and (blocks := _blocks(entry.samples, family)) is not None:
+    with (stated for published figures, its repeats' for a recorded one without samples, with
+    their degrees of freedom); a reason when nothing says how exact the figure is."""
+    if samples and family is not None and (blocks := _blocks(entry.samples, family)) is not None:
         return blocks
     value = entry.figures[rule.metric]
     cv = entry.cv.get("run" if family is None else family)
@@ -268,7 +269,12 @@ def _baseline_side(rule: GateRule, entry: BaselineEntry, family: str | None, sta
     reps = [math.log(r) for r in entry.repeats.get(rule.metric, ()) if r > 0]
     if len(reps) >= 2:
         mean = math.fsum(reps) / len(reps)
-        return Figure(value, math.fsum((r - mean) ** 2 for r in reps) / (len(reps) - 1) / len(reps))
+        return Figure(value, math.fsum((r - mean) ** 2 for r in reps) / (len(reps) - 1) / len(reps),
+                      float(len(reps) - 1))
+    if not entry.cv and entry.completed is not None:   # recorded, without samples of this kind
+        return (f"the recorded baseline kept no {family or rule.metric} samples and fewer than 2 repeats of "
+                f"{rule.metric}, so its figure's spread is unknown and it cannot be compared without holding "
+                "it exact (record the baseline with these samples or with repeats)")
     what = "between runs (baseline.cv.run)" if family is None else f"of one request's {family} (baseline.cv.{family})"
     return (f"the baseline's {rule.metric} figure carries no spread {what}, so it cannot be compared "
             "without holding it exact")
@@ -281,7 +287,8 @@ def _ratio_check(s: ScenarioSummary, rule: GateRule, bound: Bound, entry: Baseli
     conf = ctx.confidence(s.scenario, s.concurrency)
     if cand is None:  # a run-level figure, or results without samples: the repeats are the evidence
         recorded = entry.repeats.get(rule.metric, ())
-        base = recorded if recorded else _baseline_side(rule, entry, None, "run")
+        base = recorded if recorded else _baseline_side(rule, entry, parts[0] if parts else None,
+                                                        parts[1] if parts else "run", samples=False)
         if isinstance(base, str):
             if entry.cv or entry.completed is None:   # published: its spread is not stated
                 return replace(row, verdict=Verdict.INCONCLUSIVE, reason=base)

@@ -110,7 +110,8 @@ def size_gate(bp: Blueprint) -> GateSize:
         for rule in rules:
             for r in (rule.max_ratio, rule.min_ratio):
                 if r is not None:
-                    checks.append(_size(rule, r, scenario.name, concurrency, entry, n, rate, cap_s, z_a, z_b, alpha, m_critical))
+                    checks.append(_size(rule, r, scenario.name, concurrency, entry, n, rate, cap_s, z_a, z_b, alpha,
+                                        m_critical, scenario.max_requests))
     passing = [c.p_pass_equal for c in checks]
     p_all = math.prod(passing) if checks and all(p is not None for p in passing) else None  # type: ignore[misc]
     notes = []
@@ -134,7 +135,7 @@ def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> i
 
 
 def _size(rule: GateRule, r: float, scenario: str, concurrency: int, entry, n: int, rate: float, cap_s: float,
-          z_a: float, z_b: float, alpha: float, m_critical: int) -> CheckSize:
+          z_a: float, z_b: float, alpha: float, m_critical: int, max_requests: int) -> CheckSize:
     minutes = cap_s / 60.0
     parts = split_metric(rule.metric)
     base = CheckSize(scenario, concurrency, rule.metric, r, rule.critical, n, minutes, None, None, None, None, None,
@@ -161,6 +162,8 @@ def _size(rule: GateRule, r: float, scenario: str, concurrency: int, entry, n: i
     need_se = d / (z_a + z_b)
     room = need_se * need_se - own
     needed = math.inf if room <= 0 or d == 0 else cv * cv * factor / (rate * room) / 60.0
+    # The requests it needs must also fit the point's max_requests, which stops a point before its cap.
+    needed = math.inf if needed * 60.0 * rate > max_requests else needed
     decidable = needed <= minutes
     why = (f"{rule.metric} {'≤' if r >= 1 else '≥'} {r:g} at {scenario} @ {concurrency}: SE {se:.3f} over "
            f"{n} requests in {minutes:.0f} min; smallest margin it can certify {smallest:.3f}; "

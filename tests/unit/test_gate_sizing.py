@@ -118,3 +118,14 @@ def test_a_point_whose_cap_holds_fewer_blocks_than_min_samples_is_named():
     assert "40 requests in its cap are 5 blocks of 8, under min_samples 6" in samples.why
     doc["gate"]["min_samples"] = 5
     assert not [c for c in _size(doc).checks if c.metric == "completed"]
+
+
+def test_a_rule_that_needs_more_requests_than_max_requests_is_named():
+    doc = _blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}])
+    needs = [c for c in _size(doc).checks if c.metric == "ttft_mean"][0]
+    wanted = needs.minutes_needed * 60 * 8 / 1.2           # requests the rule needs (6.67 a second)
+    doc["benchmark"]["scenarios"][0]["max_requests"] = int(wanted) - 1
+    short = [c for c in _size(doc).checks if c.metric == "ttft_mean"][0]
+    assert not short.decidable and short.minutes < 11
+    doc["benchmark"]["scenarios"][0]["max_requests"] = int(wanted) + 1
+    assert [c for c in _size(doc).checks if c.metric == "ttft_mean"][0].decidable

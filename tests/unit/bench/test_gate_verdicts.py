@@ -227,3 +227,23 @@ def test_a_published_figure_without_a_stated_spread_for_its_kind_is_not_held_exa
     stated = spec.model_copy(update={"cv": spec.cv.model_copy(update={"run": 0.05})})
     judged = row(evaluate_gate([run(300, seed=3)], baseline_from_spec(stated), gate), "output_tokens_per_s")
     assert judged.verdict is not Verdict.INCONCLUSIVE and "published figure with its between-run spread" in judged.method
+
+
+def test_a_recorded_figures_spread_from_two_repeats_is_read_with_students_t():
+    # A recorded baseline keeps no ITL samples by default: its itl_mean is known from its repeats
+    # only. Two repeats give their spread 1 degree of freedom: t = 6.31, not z = 1.645, so the
+    # candidate's upper bound reaches past 1.10 (it stayed at 1.09 read with z: a PASS).
+    recorded = baseline_of(run(150, seed=1, repeats=2, tpot_ms=(12.0, 12.6)))
+    gate = gate_spec(GateRule(metric="itl_mean", max_ratio=1.10, critical=True))
+    itl = row(evaluate_gate([run(300, seed=3, tpot_ms=13.0)], recorded, gate), "itl_mean")
+    assert itl.verdict is Verdict.INCONCLUSIVE and itl.ci[1] > 1.14
+    assert "a recorded figure with the standard error of its repeats" in itl.method and "Student's t, 1.2" in itl.method
+
+
+def test_a_recorded_baseline_without_the_samples_or_repeats_of_a_kind_says_what_to_record():
+    recorded = baseline_of(run(300, seed=1))               # one run, ITL samples left out
+    gate = gate_spec(GateRule(metric="itl_mean", max_ratio=1.10, critical=True))
+    itl = row(evaluate_gate([run(300, seed=3)], recorded, gate), "itl_mean")
+    assert itl.verdict is Verdict.INCONCLUSIVE
+    assert "the recorded baseline kept no itl samples and fewer than 2 repeats" in itl.reason
+    assert "baseline.cv" not in itl.reason
