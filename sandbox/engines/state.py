@@ -127,7 +127,10 @@ class EngineState:
         self.started = time.monotonic()
         # When its API began to listen (server._serve sets it): the slow_start fault counts from
         # there, so its 503s are answered however long the process took to get there (a starved
-        # one once went from no answer straight to 200).
+        # one once went from no answer straight to 200). As vLLM: run_server builds the engine
+        # client (build_async_engine_client) before serve_http binds the port, and /health then
+        # answers 503 while the engine is not healthy (vllm/entrypoints/openai/api_server.py). The
+        # product meets it in tests/sandbox/deploy/test_failures.py (slow_start_s 120).
         self.listening_since: float | None = None
         self.group_ready = asyncio.Event()
         self.slots = asyncio.Semaphore(cfg.max_num_seqs)

@@ -564,7 +564,7 @@ class PairedDesign:
         return list(dict.fromkeys(s for s, _, _ in self.points))
 
 
-# "P45" of the gate study (/work/shared/reference/gate-decides.md, section 4 "A design that decides").
+# "P45" of the gate study (an independent study of the gate, 2026-12, section 4 "A design that decides").
 DESIGN_P45 = PairedDesign(
     "P45",
     points=(("isl-3k", 64, 19.3),       # section 4, "Allocation: 3k@64 19.3 min,

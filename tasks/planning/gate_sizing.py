@@ -103,10 +103,8 @@ def size_gate(bp: Blueprint) -> GateSize:
                                     f"{projected // concurrency} blocks of {concurrency}, under min_samples "
                                     f"{gate.min_samples}: never judged, so the gate never PASSes"))
     for scenario, concurrency, entry in covered:
-        per_request_s = (entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0
-        rate = concurrency / per_request_s
-        cap_s = min(scenario.duration_s, budget_s)
-        n = max(1, min(scenario.max_requests, int(rate * cap_s)))
+        rate, cap_s = _rate(scenario, concurrency, entry), min(scenario.duration_s, budget_s)
+        n = _projected_requests(scenario, concurrency, entry, budget_s)
         for rule in rules:
             for r in (rule.max_ratio, rule.min_ratio):
                 if r is not None:
@@ -130,8 +128,12 @@ def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> i
     lower one overestimates: the samples check is then lenient). None without any figure."""
     if entry is None:
         return None
-    per_request_s = (entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0
-    return max(1, min(scenario.max_requests, int(concurrency / per_request_s * min(scenario.duration_s, budget_s))))
+    return max(1, min(scenario.max_requests, int(_rate(scenario, concurrency, entry) * min(scenario.duration_s, budget_s))))
+
+
+def _rate(scenario, concurrency: int, entry) -> float:
+    """Requests per second by Little's law from the published means: concurrency / end-to-end time."""
+    return concurrency / ((entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0)
 
 
 def _size(rule: GateRule, r: float, scenario: str, concurrency: int, entry, n: int, rate: float, cap_s: float,

@@ -24,10 +24,11 @@ def _gate(plan: Plan, h, markdown: bool) -> list[str]:
     if not g or not g["checks"]:
         notes = [f"- {n}" for n in (g or {}).get("notes", ())] or ["- no ratio checks to size"]
         return [h("Gate (projected)"), "", *notes, ""]
+    def pct(v):
+        return "—" if v is None else f"{v:.0%}"
+
     rows = []
     for c in g["checks"]:
-        def pct(v):
-            return "—" if v is None else f"{v:.0%}"
         rows.append([f"{c['scenario']} @ {c['concurrency']}", c["metric"], f"{c['rule']:g}", str(c["requests"]),
                      f"{c['minutes']:.1f}", "—" if c["se"] is None else f"{c['se']:.3f}", pct(c["p_pass_equal"]),
                      pct(c["p_fail_twice"]), "—" if c["smallest_margin"] is None else f"{c['smallest_margin']:.3f}",
