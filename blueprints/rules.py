@@ -191,4 +191,9 @@ def _benchmark_rules(bp: Blueprint) -> list[RuleViolation]:
             out.append(RuleViolation(("gate", "rules", i),
                                      f"rule for {r.metric} has no bound",
                                      "set max_ratio (latency) or min_ratio (throughput), or report_only: true"))
+    points = {f"{s.name}@{c}" for s in bp.benchmark.scenarios for c in s.concurrencies}
+    for family, named in (bp.gate.paired.weights if bp.gate.paired else {}).items():
+        out.extend(RuleViolation(("gate", "paired", "weights", family, key), f"no benchmark point {key!r} to weigh",
+                                 f"a point is scenario@concurrency, one of: {', '.join(sorted(points))}")
+                   for key in named if key not in points)
     return out

@@ -267,8 +267,26 @@ class BaselinePoint(Frozen):
     output_tokens_per_s: PositiveFloat | None = None
 
 
+# The environment variable names notifications.secret_values redacts: an endpoint's key must be
+# in one of them, so it never reaches a log, an event or an error (tasks/planning/notifications.py).
+SECRET_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(SECRET|TOKEN|PASSWORD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)[A-Za-z0-9_]*$"
+
+
+class BaselineEndpoint(Frozen):
+    """The service being replaced, still serving until the cutover: an OpenAI-compatible root
+    URL that a paired gate (``gate.paired``) measures beside the candidate, under one request
+    stream. Its key comes from the environment variable ``api_key_env`` (never the blueprint)."""
+
+    url: str = Field(pattern=r"^https?://[^\s@]+$", description="The root, e.g. https://llm.internal:8000 "
+                     "(no credentials in it: they go in api_key_env).")
+    api_key_env: str | None = Field(default=None, pattern=SECRET_ENV_NAME, description=(
+        "The environment variable holding its API key (sent as a Bearer token); its name must say it holds "
+        "a secret (…API_KEY, …TOKEN, …SECRET) so pdlift redacts it everywhere."))
+
+
 class BaselineSpec(Frozen):
     source: str = Field(min_length=1)
+    endpoint: BaselineEndpoint | None = None
     cv: BaselineCv | None = Field(default=None, description="Per-request CV of TTFT and TPOT behind the "
                                   "published figures (and between runs of a throughput): their uncertainty.")
 
@@ -335,6 +353,33 @@ class ServerMetricsSpec(Frozen):
     gpu_exporter: GpuExporterSpec = GpuExporterSpec()
 
 
+Family = Literal["ttft", "tpot"]
+
+
+class PairedGateSpec(Frozen):
+    """The paired gate (``tasks.planning.gate_paired``, ``tasks.stages.benchmark_paired``): when both
+    colours are live (a fleet swap; the migration against ``baseline.endpoint``) each point sends
+    one request stream to both at once; its measured time is split into windows and the gate reads
+    each family's ratio per window, its standard error by the jackknife over windows, so drift
+    common to both colours cancels. Each scenario's ``duration_s`` is its point's load in all,
+    measured in ``looks`` rounds; after each round every check is judged (group-sequential)."""
+
+    # A window shorter than about 3 requests' end-to-end time shares batches with its neighbours
+    # and the jackknife reads too little spread (gate_sim: 20 s windows of 28 s requests passed a
+    # candidate at the margin 7.7% of the time at 5%): windows are widened to 3 request times.
+    window_s: PositiveFloat = 60.0
+    looks: Annotated[int, Field(ge=1, le=12)] = 3
+    spending: Annotated[float, Field(ge=0.5, le=6)] = 2.0
+    # The contracts: each family pooled over every point, PASS needing its upper bound within this.
+    contracts: dict[Family, Annotated[float, Field(gt=1.0)]] = Field(
+        default_factory=lambda: {"ttft": 1.05, "tpot": 1.05}, min_length=1)
+    # A guard per scenario (one input length) and family, at this wider margin; None: no guards.
+    guard: Annotated[float, Field(gt=1.0)] | None = 1.20
+    # Fixed before the run, per family, per "scenario@concurrency": the weight of a point in its
+    # contract (inverse projected variance; `pdlift plan` prints it). Unnamed points weigh 1.
+    weights: dict[Family, dict[str, PositiveFloat]] = Field(default_factory=dict)
+
+
 class GateSpec(Frozen):
     slo: SloSpec = SloSpec()
     rules: list[GateRule] = Field(min_length=1)
@@ -350,6 +395,8 @@ class GateSpec(Frozen):
     # `pdlift validate` refuses a gate whose rules `pdlift plan` projects it cannot decide within
     # its load (tasks/planning/gate_sizing.py); true takes that knowingly: a warning instead.
     allow_undecidable: bool = False
+    # Both colours measured at once where both are live (see PairedGateSpec); None: one after the other.
+    paired: PairedGateSpec | None = None
 
 
 class SequentialSpec(Frozen):

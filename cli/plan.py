@@ -35,11 +35,36 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from tasks.planning.plan import make_plan
     from tasks.planning.plan_render import render
 
-    plan = make_plan(load_blueprint(args.blueprint))
+    bp = load_blueprint(args.blueprint)
+    if args.suggest_gate:
+        return _suggest_gate(bp, args.blueprint)
+    plan = make_plan(bp)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
     else:
         print(render(plan), end="")
+    return 0
+
+
+def _suggest_gate(bp, path: str) -> int:
+    import sys
+
+    from tasks.planning.gate_suggest import suggest_gate
+
+    try:
+        suggestion = suggest_gate(bp)
+    except ValueError as e:
+        print(f"{path}: cannot suggest a gate: {e}", file=sys.stderr)
+        return 2
+    budget = "" if suggestion.budget_minutes is None else (
+        f", within benchmark.budget_minutes = {suggestion.budget_minutes:g}" if suggestion.fits
+        else f", MORE than benchmark.budget_minutes = {suggestion.budget_minutes:g}")
+    print(f"The cheapest paired gate that decides for {bp.name} (projected from the published figures and their "
+          f"stated spread, 90% power for the whole gate): {suggestion.minutes:.1f} min of load{budget}.")
+    print("\n".join(f"- {line}" for line in suggestion.why))
+    print("\n" + suggestion.yaml(), end="")
+    print(f"\nThe projection leaves out drift, time blocks and the looks' cost: measure it with "
+          f"scripts/bench/gate_sim.py --paths paired --blueprint <the blueprint with these values>.")
     return 0
 
 
@@ -60,6 +85,8 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     p = sub.add_parser("plan", help="memory fit, KV capacity, cost and warnings; touches nothing")
     p.add_argument("blueprint")
     p.add_argument("--json", action="store_true", help="stable machine-readable output")
+    p.add_argument("--suggest-gate", action="store_true",
+                   help="print the cheapest paired gate that decides for this blueprint (points' load, weights)")
     handlers["plan"] = _cmd_plan
 
     p = sub.add_parser("plan-flow", help="run the plan as a Prefect flow run (markdown artifact)")

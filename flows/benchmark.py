@@ -36,7 +36,7 @@ from flows import pipeline
 from tasks import benchmark, deploy, promote
 from tasks.errors import BenchmarkBelowGate, StageFailed
 from tasks.planning.promotion_decision import (asks_a_person, decide, not_promoted_in_place_message,
-                                               rolled_back_message)
+                                               paired_default, rolled_back_message)
 from tasks.planning.records import GateResult
 
 PAUSE_POLL_S = 2
@@ -70,7 +70,8 @@ def _ask_a_person(run_id: str, timeout_s: int, reasons: list[str], report: str) 
 @flow(name="benchmark-gate")
 def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
                    colour: Literal["blue", "green"] | None = None, target: str | None = None,
-                   in_place: bool = False, same_window: str = "", retire: bool = True) -> GateResult:
+                   in_place: bool = False, same_window: str = "", retire: bool = True,
+                   paired: str = "") -> GateResult:
     """Args:
         blueprint_path: the blueprint (benchmark scenarios, baseline, gate, promotion).
         run_id: the run whose candidate to judge (default: derived from the blueprint).
@@ -83,6 +84,10 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
             update's baseline, in the state store at this key), not the last promotion's.
         retire: after a promotion, retire the colour it replaced (keep window, drain, delete);
             False leaves that to the caller (a ``fleet`` update records its switch first).
+        paired: measure the candidate at once with this live colour (a ``fleet`` update) under one
+            request stream and judge it by the paired gate (``gate.paired``). Without it, a blueprint
+            with ``gate.paired`` and ``baseline.endpoint`` is measured beside that endpoint (the
+            migration, while the service it replaces still serves).
     """
     run = pipeline.start(blueprint_path, run_id)
     bp, deployed = run.blueprint, run.ledger.deployed()
@@ -92,7 +97,8 @@ def benchmark_flow(blueprint_path: str, run_id: str | None = None, *,
     # The deploy's generation keys the cached measurement and verdict: a replay after a
     # suspension reuses them, the next deploy of the same colour measures afresh.
     generation = deployed.generation if deployed and deployed.colour == colour else ""
-    measured = benchmark.measure(run, colour, target, generation, same_window)
+    paired = paired or paired_default(bp, in_place, same_window, target)
+    measured = benchmark.measure(run, colour, target, generation, same_window, paired=paired)
     verdict = benchmark.judge(run, colour, measured, generation, same_window)
     answer = _ask_a_person(run.run_id, bp.promotion.approval_timeout_s, list(verdict.reasons), verdict.report) \
         if asks_a_person(verdict.outcome, bp.gate.undecided) else (None, "")

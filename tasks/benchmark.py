@@ -20,16 +20,18 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run as prefect_flow_run
 
 from tasks.adapters.prefect_results import StateStoreResults
-from tasks.errors import PdliftError, StackNotReady
+from tasks.errors import ConfigError, PdliftError, StackNotReady
 from tasks.planning import notifications
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.identity import artifact_key
 from tasks.planning.ledger import now_str
 from tasks.planning.manifests.common import stable_namespace
 from tasks.planning.manifests.router import router_name
+from tasks.planning.promotion_decision import PAIRED_ENDPOINT
 from tasks.planning.records import GateVerdict
 from tasks.runs import Run
 from tasks.stages import benchmark as stage
+from tasks.stages import benchmark_paired as paired_stage
 from tasks.stages.benchmark_server import ServerMetrics
 from tasks.wiring import Wiring
 
@@ -48,11 +50,14 @@ def _key(kind: str, parameters: dict) -> str:
 
 
 def measure(run: Run, colour: str, target: str | None, generation: str, same_window: str = "",
-            folder: str = "") -> stage.BenchmarkRun:
+            folder: str = "", paired: str = "") -> stage.BenchmarkRun:
     """The benchmark task with its result persisted in the run's state store (see the docstring);
     ``folder``: where its records go instead of the run's benchmark folder (a ``fleet`` update's
-    measurement of the live colour, which must not overwrite the live run's own evidence)."""
-    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation, same_window, folder)
+    measurement of the live colour, which must not overwrite the live run's own evidence);
+    ``paired``: measure the candidate beside this live colour, or beside ``baseline.endpoint``
+    with ``PAIRED_ENDPOINT``, under one request stream (``gate.paired``)."""
+    return benchmark.with_options(result_storage=_results(run))(run, colour, target, generation, same_window, folder,
+                                                                paired)
 
 
 def judge(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str, same_window: str = "") -> GateVerdict:
@@ -85,9 +90,38 @@ def ready_url(wiring: Wiring, service: str) -> str:
     return ready[0].url
 
 
+def _paired_with(wiring: Wiring, paired: str) -> tuple[str, str | None, str]:
+    """(URL, API key, what it is) of what a paired benchmark measures beside the candidate."""
+    bp = wiring.bp
+    if paired != PAIRED_ENDPOINT:
+        return ready_url(wiring, router_name(paired)), None, f"the live colour {paired}, measured at once"
+    endpoint = bp.baseline.endpoint
+    if endpoint is None:
+        raise ConfigError(f"{bp.name}: baseline.endpoint is not set; a paired gate against the service being "
+                          "replaced needs its URL")
+    key = wiring.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    if endpoint.api_key_env and not key:
+        raise ConfigError(f"baseline.endpoint.api_key_env: the environment variable {endpoint.api_key_env} is not "
+                          "set on this worker; set it (or the worker's secret) to the old service's API key")
+    return endpoint.url, key, f"the service being replaced ({notifications.scrub_urls(endpoint.url)}), measured at once"
+
+
+def _paired_benchmark(wiring: Wiring, run: Run, url: str, paired: str, directory: Path, progress,
+                      log) -> stage.BenchmarkRun:
+    other, key, what = _paired_with(wiring, paired)
+    log.info(f"paired benchmark: the candidate at {url} beside {what}, one request stream to both")
+    measured = paired_stage.run_paired_benchmark(wiring.bp, url, other, directory, run.run_id,
+                                                 lambda a, b: wiring.load_pair(a, b, key), what, progress)
+    wiring.state.push(stage.bench_key(wiring.bp.name, run.run_id))
+    for stop in measured.stops:
+        log.info(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s of load; "
+                 f"{stop.note}")
+    return measured
+
+
 @task(cache_key_fn=lambda _ctx, p: _key("bench", p), persist_result=True)
 def benchmark(run: Run, colour: str, target: str | None = None, generation: str = "",
-              same_window: str = "", folder: str = "") -> stage.BenchmarkRun:
+              same_window: str = "", folder: str = "", paired: str = "") -> stage.BenchmarkRun:
     bp, log = run.blueprint, get_run_logger()
     with Wiring(bp) as wiring:
         url = target or ready_url(wiring, router_name(colour))
@@ -102,6 +136,8 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
                 log.info(f"load run {done + 1} (of at most {total}): {spec.scenario} at concurrency "
                          f"{spec.concurrency}, {kind} {spec.repeat + 1}")
 
+        if paired:
+            return _paired_benchmark(wiring, run, url, paired, directory, progress, log)
         server = _server_metrics(wiring, colour, log)
         # A sequential benchmark judges as it goes, against the baseline the gate will use.
         baseline = _baseline(wiring, bp, same_window) if bp.benchmark.sequential else None
@@ -143,16 +179,22 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
         directory = _bench_folder(wiring, run)
         results_path = directory / "results.json"
         summaries = stage.read_results(results_path)
-        baseline = _baseline(wiring, bp, same_window)
-        family = stage.read_sequential(results_path).get("family")
-        report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
-                             family=family)
+        paired = paired_stage.read_paired(results_path)
+        if paired is not None:
+            baseline = paired_stage.baseline_of(directory / "baseline-results.json", paired.baseline_source,
+                                                run.run_id)
+            report, windows = paired_stage.judge(bp, paired, measured.stops)
+        else:
+            baseline, windows = _baseline(wiring, bp, same_window), []
+            family = stage.read_sequential(results_path).get("family")
+            report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
+                                 family=family)
         # When, by which flow run and of which colour: `pdlift status` shows the latest verdict and
         # links to its run; the leak sweep knows which candidate a verdict was about.
         report_json = {**report_to_dict(report), "judged_at": now_str(dt.datetime.now(dt.timezone.utc)),
                        "flow_run_id": str(prefect_flow_run.id or ""), "colour": colour}
         png, markdown = stage.write_report(directory, report, report_json, summaries, baseline,
-                                           measured.notes, f"{bp.name} {colour} (run {run.run_id})")
+                                           measured.notes, f"{bp.name} {colour} (run {run.run_id})", windows)
         wiring.state.push(stage.bench_key(bp.name, run.run_id))
     create_markdown_artifact(markdown=markdown, key=artifact_key("gate", bp.name),
                              description=f"promotion gate of {bp.name} {colour}: {report.outcome.value}")

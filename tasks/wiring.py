@@ -36,7 +36,7 @@ from tasks.adapters.kube_nodes import KubeNodes
 from tasks.adapters.ledger_store import LedgerStore
 from tasks.adapters.run_lease import RunLeases
 from tasks.adapters.state_store import StateStore, open_uri
-from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load
+from tasks.adapters.loadgen import LoadResult, LoadSpec, run_load, run_pair
 from tasks.adapters.s3 import WeightStore, s3_client
 from tasks.adapters.service_routing import ServiceRouting
 from tasks.adapters.ssh import NodeShell, SshNode, SshSettings
@@ -168,6 +168,11 @@ class Wiring:
     def load(self) -> Callable[[LoadSpec], LoadResult]:
         """One benchmark load point against a server (the load generator, in its own process)."""
         return run_load
+
+    @property
+    def load_pair(self) -> Callable[..., tuple[LoadResult, LoadResult]]:
+        """One paired load point: one request stream to the candidate and the baseline at once."""
+        return run_pair
 
     @property
     def environ(self) -> Mapping[str, str]:

@@ -17,9 +17,26 @@ def _not_ready() -> web.Response:
     return generate.ApiError(503, "The engine is not ready yet.", "ServiceUnavailableError").response()
 
 
+def _bearer_check(key: str):
+    """vLLM's --api-key: every path under /v1 needs ``Authorization: Bearer <key>``, else 401
+    ``{"error": "Unauthorized"}``; /health, /tokenize and /metrics stay open (vllm
+    vllm/entrypoints/openai/api_server.py, AuthenticationMiddleware)."""
+    expected = f"Bearer {key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if request.path.startswith("/v1") and request.method != "OPTIONS" and \
+                request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
 def engine_app(state: EngineState, producer: KvProducer | None, session: aiohttp.ClientSession) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
     cfg = state.cfg
+    middlewares = [_bearer_check(cfg.api_key)] if cfg.api_key and cfg.engine == "vllm" else []
+    app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(status=200) if state.ready() else web.Response(status=503)

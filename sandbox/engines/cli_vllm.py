@@ -20,8 +20,9 @@ KV_DTYPES = ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_
 KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 
 # Accepted, without effect in the sandbox: (flag names, argparse kwargs).
+# Enforced: --api-key (or VLLM_API_KEY), see api.py's bearer check.
 _IGNORED: list[tuple[tuple[str, ...], dict]] = [
-    (("--host",), {}), (("--uvicorn-log-level",), {}), (("--api-key",), {}),
+    (("--host",), {}), (("--uvicorn-log-level",), {}),
     (("--trust-remote-code",), {"action": "store_true"}),
     (("--gpu-memory-utilization",), {"type": float}),
     (("--enable-expert-parallel", "-ep"), {"action": "store_true"}),
@@ -69,6 +70,7 @@ def build_parser(prog: str = "vllm serve") -> argparse.ArgumentParser:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, default=29501)
     p.add_argument("--headless", action="store_true")
+    p.add_argument("--api-key")
     p.add_argument("--kv-transfer-config", type=_json_arg)
     p.add_argument("--speculative-config", type=_json_arg)
     p.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default="auto")
@@ -152,6 +154,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None, prog: str = "vllm 
         shutdown_timeout_s=a.shutdown_timeout, serves_api=not a.headless, env=env,
         supervisor_port=a.data_parallel_supervisor_port,
         spec_tokens=int((a.speculative_config or {}).get("num_speculative_tokens") or 0),
+        api_key=a.api_key or env.get("VLLM_API_KEY") or None,
     )
     if a.nnodes > 1:
         if not 0 <= a.node_rank < a.nnodes:

@@ -112,6 +112,7 @@ from tasks.planning.bench_baseline import baseline_from_summaries  # noqa: E402
 from blueprints.schema import SequentialSpec  # noqa: E402
 from tasks.planning.gate import Verdict, evaluate_gate, expected_points  # noqa: E402
 from tasks.planning.gate_paired import Check, Levels, WindowSums, jackknife, look  # noqa: E402
+from tasks.planning.paired_windows import point_key, windows_planned  # noqa: E402
 from tasks.planning.gate_sequential import Schedule  # noqa: E402
 from tasks.planning.metrics import Distribution, Samples, ScenarioSummary  # noqa: E402
 
@@ -546,11 +547,14 @@ class PairedDesign:
     points: tuple[tuple[str, int, float], ...]     # (scenario, concurrency, minutes)
     windows: tuple[int, ...]                       # per point, in the order of ``points``
     margin: float
-    guard: float
+    guard: float | None                            # None: no guards
     looks: int
     alpha: float
     rho: float
     families: tuple[str, ...] = ("ttft", "tpot")
+    # Per family, the contracts' weights in the order of ``points`` (a blueprint's gate.paired.weights);
+    # empty: inverse projected variance, computed by ``paired_plan``.
+    weights: tuple[tuple[str, tuple[float, ...]], ...] = ()
     # True: a window ends with a drain (no request in flight crosses into the next window), so the
     # requests in flight together, which share a batch factor, never straddle two windows; False:
     # windows cut the one stream by time, and a batch cut by a boundary correlates the two windows.
@@ -589,6 +593,38 @@ PAIRED_CASES = {**CASES, **{c.name: c for c in (
     Case("ttft+20%@120k", regression=True, ttft_scale=1.20, scenario="isl-120k"),
     Case("ttft+30%@120k", regression=True, ttft_scale=1.30, scenario="isl-120k"),
 )}}
+
+
+def design_of_blueprint(path: Path) -> PairedDesign | None:
+    """The blueprint's own ``gate.paired`` as a design (None without one): its points and minutes
+    from its scenarios, the windows the product cuts (``paired_windows.windows_planned``: rounds
+    of duration_s / looks, windows of window_s widened to 3 mean request times of the load model),
+    its contracts' margin, guard, looks, spending, level and weights (equal where it names none,
+    as the product weighs them)."""
+    bp = _load(path)
+    spec = bp.gate.paired
+    if spec is None:
+        return None
+    margins = set(spec.contracts.values())
+    if len(margins) != 1 or set(spec.contracts) != {"ttft", "tpot"}:
+        raise SystemExit(f"{path}: gate_sim simulates one margin for both the ttft and tpot contracts "
+                         f"(gate.paired.contracts: {spec.contracts})")
+    means = scenario_means(bp)
+    points, windows = [], []
+    for s in bp.benchmark.scenarios:
+        for c in s.concurrencies:
+            e2e = expected_e2e_s(*means[s.name], s.output_tokens, c)
+            count = windows_planned(s.duration_s, spec.looks, spec.window_s, e2e)
+            if count < 2 * spec.looks:
+                raise SystemExit(f"{path}: {s.name}@{c}'s rounds of {s.duration_s / spec.looks:.0f} s hold "
+                                 f"{count // spec.looks} window(s) of at least 3 requests' {e2e:.0f} s: the gate "
+                                 "could not judge it; lengthen duration_s or shorten gate.paired.window_s")
+            points.append((s.name, c, s.duration_s / 60.0))
+            windows.append(count)
+    weights = tuple((family, tuple(spec.weights.get(family, {}).get(point_key((n, c)), 1.0) for n, c, _ in points))
+                    for family in ("ttft", "tpot"))
+    return PairedDesign(bp.name, tuple(points), tuple(windows), margins.pop(), spec.guard, spec.looks,
+                        1.0 - bp.gate.confidence, spec.spending, weights=weights)
 
 
 def paired_case(name: str, design: PairedDesign = DESIGN_P45) -> Case:
@@ -648,12 +684,16 @@ def paired_plan(design: PairedDesign, noise: str, blueprint: Path) -> PairedPlan
         requests[(scenario, c)] = max(2 * windows, int(rates[(scenario, c)] * minutes))
         at_load[(scenario, c)] = (ttft * _load_factor(c), tpot * _load_factor(c))
     weights: dict[str, dict[Point, float]] = {}
+    stated = dict(design.weights)
     for family in design.families:
         info = {(s, c): requests[(s, c)] / (2.0 * request_variance(model, family, c)) for s, c, _ in design.points}
+        if family in stated:
+            info = {(s, c): w for (s, c, _), w in zip(design.points, stated[family])}
         total = math.fsum(info.values())
         weights[family] = {p: i / total for p, i in info.items()}
     checks = [Check(family, family, design.margin, weights[family]) for family in design.families]
-    for scenario in design.scenarios():
+    guarded = design.scenarios() if design.guard is not None and len(design.scenarios()) > 1 else []
+    for scenario in guarded:
         for family in design.families:
             checks.append(Check(f"{family} @ {scenario}", family, design.guard,
                                 {(s, c): 1.0 for s, c, _ in design.points if s == scenario}, kind="guard"))
@@ -741,7 +781,7 @@ def describe_paired(design: PairedDesign = DESIGN_P45) -> str:
     drain = ", a drain after each window" if design.drain else ""
     return (f"paired {design.name}: {points}; cap {design.cap_minutes:.1f} min{drain}, "
             f"{design.looks} looks, m={len(plan.checks)} checks (contracts at {design.margin:g}, guards at "
-            f"{design.guard:g}); weights {weights} (the study's TTFT: "
+            f"{design.guard}); weights {weights} (the study's TTFT: "
             + "/".join(f"{w:.2f}" for w in STUDY_TTFT_WEIGHTS) + ")")
 
 
@@ -871,7 +911,8 @@ def main(argv: list[str] | None = None) -> int:
             r = tail_ratios(name)
             print(f"noise {name}: concurrency 1, one run: TTFT p99/p50 {r['ttft']:.3f}, TPOT p99/p50 {r['tpot']:.4f}")
         return 0
-    design = paired_design(args.minutes, args.windows, args.drain)
+    design = paired_design(args.minutes, args.windows, args.drain,
+                           design_of_blueprint(args.blueprint) or DESIGN_P45)
     recorded_cases = [c for c in args.cases or available_cases(_load(args.blueprint)) if c in CASES]
     paired_cases = args.cases or list(PAIRED_CASES)
     by_path: dict[str, list[str]] = {path: [] for path in args.paths}

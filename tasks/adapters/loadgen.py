@@ -48,8 +48,10 @@ How it keeps the measurement honest (docs/sources.md#honest-load-client):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
@@ -63,6 +65,10 @@ LAG_MEAN_SATURATED_S = 0.005  # 5 ms: under 1% of the reference TTFTs (1-25 s)
 LAG_P99_SATURATED_S = 0.050
 LAG_TICK_S = 0.010
 NO_TOKENIZE = (404, 405, 501)
+# The child's environment variable carrying an endpoint's API key (sent as a Bearer token): never
+# in the spec, which is written into every raw record file; its name is one that
+# notifications.secret_values redacts.
+API_KEY_ENV = "PDLIFT_LOAD_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -133,13 +139,17 @@ def result_from_dict(data: dict) -> LoadResult:
     return LoadResult(**{f.name: values[f.name] for f in fields(LoadResult)})
 
 
-def run_load(spec: LoadSpec) -> LoadResult:
-    """Run one load point to completion in a child process (synchronous; bounded in time)."""
+def run_load(spec: LoadSpec, api_key: str | None = None) -> LoadResult:
+    """Run one load point to completion in a child process (synchronous; bounded in time);
+    ``api_key``: sent as a Bearer token (through the child's environment, never its arguments)."""
     spec.check()
     limit = spec.duration_s + 3 * spec.request_timeout_s + PROCESS_GRACE_S  # warm-up, ramp, drain
+    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+    if api_key:
+        env[API_KEY_ENV] = api_key
     try:
         proc = subprocess.run([sys.executable, "-m", "tasks.adapters.loadgen_run"], input=json.dumps(asdict(spec)),
-                              capture_output=True, text=True, timeout=limit)
+                              capture_output=True, text=True, timeout=limit, env=env)
     except subprocess.TimeoutExpired as e:
         raise StageFailed(f"{spec.scenario} @ {spec.concurrency}: the load generator ran past its bound of "
                           f"{limit:.0f} s and was stopped") from e
@@ -152,3 +162,15 @@ def run_load(spec: LoadSpec) -> LoadResult:
         raise StageFailed(f"{spec.scenario} @ {spec.concurrency}: the load generator exited {proc.returncode}: "
                           f"{proc.stderr[-2000:]}")
     return result_from_dict(json.loads(proc.stdout))
+
+
+def run_pair(candidate: LoadSpec, baseline: LoadSpec, baseline_api_key: str | None = None) -> tuple[LoadResult, LoadResult]:
+    """One paired load point: the same request stream (give both specs the same ``salt`` and
+    ``seed``) sent to both colours at once, each by its own process with its own C workers, so
+    each colour runs at the point's concurrency and both live through the same moments. Their
+    records share one clock (``time.perf_counter`` is CLOCK_MONOTONIC, machine-wide on Linux),
+    which ``tasks.planning.paired_windows`` splits into windows."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="paired-load") as pool:
+        ours = pool.submit(run_load, candidate)
+        theirs = pool.submit(run_load, baseline, baseline_api_key)
+        return ours.result(), theirs.result()

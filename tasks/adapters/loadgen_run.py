@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import random
 import sys
 import time
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import aiohttp
 
-from tasks.adapters.loadgen import (CPU_SATURATED, LAG_MEAN_SATURATED_S, LAG_P99_SATURATED_S, LAG_TICK_S,
+from tasks.adapters.loadgen import (API_KEY_ENV, CPU_SATURATED, LAG_MEAN_SATURATED_S, LAG_P99_SATURATED_S, LAG_TICK_S,
                                     NO_TOKENIZE, READ_BUFSIZE, LoadResult, LoadSpec, spec_from_dict)
 from tasks.adapters.loadgen_http import Outcome, payload, sent_trace, stream_request
 from tasks.adapters.loadgen_prompts import PromptSet, build_prompts
@@ -190,10 +191,16 @@ class _Sender:
         return done
 
 
+def _auth() -> dict[str, str] | None:
+    """The endpoint's key, from the environment ``loadgen.run_load`` gave this process."""
+    key = os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else None
+
+
 async def _run(spec: LoadSpec) -> LoadResult:
     connector = aiohttp.TCPConnector(limit=spec.concurrency, limit_per_host=spec.concurrency)
     async with aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE, trust_env=False,
-                                     timeout=aiohttp.ClientTimeout(total=None),
+                                     timeout=aiohttp.ClientTimeout(total=None), headers=_auth(),
                                      trace_configs=[sent_trace()]) as session:
         model = await _model(session, spec)
         salt = spec.salt if spec.salt is not None else random.SystemRandom().randrange(1_000_000)

@@ -146,6 +146,14 @@ def describe_rules(gate: GateSpec) -> list[str]:
                              f"{within} {bound:g}; FAIL needs it significantly {beyond} {bound:g}")
     lines.append(f"at least {gate.min_samples} independent blocks per point (a block: as many consecutive "
                  "requests as the concurrency)")
+    if gate.paired is not None:
+        p = gate.paired
+        contracts = ", ".join(f"{family}_mean ≤ {margin:g}" for family, margin in p.contracts.items())
+        lines.append(f"with both colours live (a fleet swap; a migration beside baseline.endpoint), paired instead: "
+                     f"{contracts}× the live colour, pooled over every point (PASS needs the upper {conf} bound "
+                     f"within it)" + (f", and each family ≤ {p.guard:g} per input length" if p.guard else "")
+                     + f"; the standard error by the jackknife over windows of at least {p.window_s:g} s and 3 "
+                       f"requests' time; {p.looks} look(s)")
     lines.append("undecided at the end of the budget: " + ("rolled back with the reason and the figures"
                                                            if gate.undecided == "rollback"
                                                            else "a person decides (promotion.approval_timeout_s)"))

@@ -33,7 +33,10 @@ from dataclasses import dataclass, replace
 from blueprints.schema import Blueprint, GateRule
 from tasks.planning.bench_baseline import baseline_from_spec
 from tasks.planning.bench_stats import Figure, normal_quantile, normal_sf
+from tasks.planning.gate_paired import Levels
 from tasks.planning.metrics import split_metric
+from tasks.planning.paired_windows import checks as paired_checks
+from tasks.planning.paired_windows import windows_planned
 
 POWER = 0.90
 
@@ -103,7 +106,7 @@ def size_gate(bp: Blueprint) -> GateSize:
                                     f"{projected // concurrency} blocks of {concurrency}, under min_samples "
                                     f"{gate.min_samples}: never judged, so the gate never PASSes"))
     for scenario, concurrency, entry in covered:
-        rate, cap_s = _rate(scenario, concurrency, entry), min(scenario.duration_s, budget_s)
+        rate, cap_s = request_rate(scenario, concurrency, entry), min(scenario.duration_s, budget_s)
         n = _projected_requests(scenario, concurrency, entry, budget_s)
         for rule in rules:
             for r in (rule.max_ratio, rule.min_ratio):
@@ -119,7 +122,75 @@ def size_gate(bp: Blueprint) -> GateSize:
     if rules and not covered:
         notes.append("no published baseline point: the ratio rules are judged against the last promotion's "
                      "recording, whose spread the plan cannot see")
-    return GateSize(tuple(checks), p_all, bool(baseline and covered), tuple(notes))
+    paired = size_paired(bp) if gate.paired is not None else ()
+    if paired:
+        notes.append("paired checks (gate.paired: a fleet swap, or a migration beside baseline.endpoint): both "
+                     "colours' request noise counted, drift between them cancelled, at the last look's levels")
+    return GateSize(tuple(checks) + paired, p_all, bool(baseline and covered), tuple(notes))
+
+
+def size_paired(bp: Blueprint) -> tuple[CheckSize, ...]:
+    """Each paired check (``paired_windows.checks``) projected from the published figures: a point's
+    log ratio has variance 2 cv^2 / n over n requests a colour (both colours' own noise; what
+    drifts in common cancels), a check the weighted sum of its points' (weights normalised); a
+    point whose rounds hold fewer than 2 windows leaves its checks undecidable."""
+    spec, gate = bp.gate.paired, bp.gate
+    alpha = 1.0 - gate.confidence
+    checks = paired_checks(spec, bp.benchmark)
+    # At the last look's levels: the looks before it spent part of alpha.
+    levels = Levels.of(alpha, spec.looks, spec.spending, len(checks))
+    z_a, z_b = normal_quantile(1.0 - levels.passing[-1]), normal_quantile(POWER ** (1.0 / len(checks)))
+    budget_s = bp.benchmark.budget_minutes * 60.0 if bp.benchmark.budget_minutes is not None else math.inf
+    baseline = baseline_from_spec(bp.baseline) if bp.baseline.scenarios else None
+    scenarios = {s.name: s for s in bp.benchmark.scenarios}
+    per_point: dict[tuple[str, int], tuple[int, float, str | None]] = {}   # requests, cap s, why not
+    entries: dict[tuple[str, int], object] = {}
+    for name, scenario in scenarios.items():
+        published = [e for e in (baseline.entries if baseline else ()) if e.scenario == name]
+        for c in scenario.concurrencies:
+            entry = min(published, key=lambda e: abs(e.concurrency - c), default=None)
+            cap = min(scenario.duration_s, budget_s)
+            if entry is None:
+                per_point[(name, c)] = (0, cap, f"no published figure for {name} to project its load from")
+                continue
+            entries[(name, c)] = entry
+            e2e = 1.0 / request_rate(scenario, 1, entry)
+            windows = windows_planned(cap, spec.looks, spec.window_s, e2e)
+            short = None if windows >= 2 * spec.looks else (
+                f"{name} @ {c}: rounds of {cap / spec.looks:.0f} s hold {windows // spec.looks} window(s) of at least "
+                f"3 requests' {e2e:.1f} s; lengthen duration_s or shorten gate.paired.window_s")
+            per_point[(name, c)] = (_projected_requests(scenario, c, entry, budget_s), cap, short)
+    out = []
+    for check in checks:
+        total = math.fsum(check.weights.values())
+        where = "all points" if check.kind == "contract" else check.name.split(" @ ", 1)[1]
+        cap_min = sum(per_point[p][1] for p in check.weights) / 60.0
+        base = CheckSize(where, 0, f"{check.family}_mean (paired {check.kind})", check.margin, True, 0, cap_min,
+                         None, None, None, None, None, False, "")
+        blocked = [per_point[p][2] for p in check.weights if per_point[p][2]] + [
+            f"no stated CV for {check.family} (baseline.cv.{check.family})" for p in check.weights
+            if p in entries and entries[p].cv.get(check.family) is None]
+        if blocked:
+            out.append(replace(base, why=blocked[0]))
+            continue
+        var = 0.0
+        for p, w in check.weights.items():
+            entry = entries[p]
+            cv = entry.cv.get(check.family)
+            var += (w / total) ** 2 * 2.0 * cv * cv / per_point[p][0]
+        se, d = math.sqrt(var), math.log(check.margin)
+        need_se = d / (z_a + z_b)
+        needed = cap_min * (se / need_se) ** 2
+        p_fail = _phi((abs(math.log(1.0 + 2.0 * (check.margin - 1.0))) - d) / se
+                      - normal_quantile(1.0 - levels.failing[-1]))
+        out.append(replace(base, requests=sum(per_point[p][0] for p in check.weights), se=se,
+                           p_pass_equal=_phi(d / se - z_a), p_fail_twice=p_fail,
+                           smallest_margin=math.exp(se * (z_a + z_b)), minutes_needed=needed,
+                           decidable=needed <= cap_min,
+                           why=f"{check.name} (paired {check.kind}) ≤ {check.margin:g}: SE {se:.4f} over "
+                               f"{cap_min:.0f} min; smallest margin it can certify {math.exp(se * (z_a + z_b)):.3f}; "
+                               f"{needed:.0f} min needed for {check.margin:g}"))
+    return tuple(out)
 
 
 def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> int | None:
@@ -128,10 +199,10 @@ def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> i
     lower one overestimates: the samples check is then lenient). None without any figure."""
     if entry is None:
         return None
-    return max(1, min(scenario.max_requests, int(_rate(scenario, concurrency, entry) * min(scenario.duration_s, budget_s))))
+    return max(1, min(scenario.max_requests, int(request_rate(scenario, concurrency, entry) * min(scenario.duration_s, budget_s))))
 
 
-def _rate(scenario, concurrency: int, entry) -> float:
+def request_rate(scenario, concurrency: int, entry) -> float:
     """Requests per second by Little's law from the published means: concurrency / end-to-end time."""
     return concurrency / ((entry.figures["ttft_mean"] + scenario.output_tokens * entry.figures["tpot_mean"]) / 1000.0)
 

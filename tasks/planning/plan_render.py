@@ -29,7 +29,8 @@ def _gate(plan: Plan, h, markdown: bool) -> list[str]:
 
     rows = []
     for c in g["checks"]:
-        rows.append([f"{c['scenario']} @ {c['concurrency']}", c["metric"], f"{c['rule']:g}", str(c["requests"]),
+        point = c["scenario"] if not c["concurrency"] else f"{c['scenario']} @ {c['concurrency']}"
+        rows.append([point, c["metric"], f"{c['rule']:g}", str(c["requests"]),
                      f"{c['minutes']:.1f}", "—" if c["se"] is None else f"{c['se']:.3f}", pct(c["p_pass_equal"]),
                      pct(c["p_fail_twice"]), "—" if c["smallest_margin"] is None else f"{c['smallest_margin']:.3f}",
                      "—" if c["minutes_needed"] is None else ("never" if c["minutes_needed"] == "never"

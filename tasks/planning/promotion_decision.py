@@ -57,3 +57,17 @@ def not_promoted_in_place_message(deployment: str, colour: str, decision: Decisi
     update reverts its roles from the snapshot."""
     return (f"{deployment}: the update of {colour} in place did not promote ({decision.text}); it is reverted to "
             "its snapshot: " + "; ".join(reasons[:5]) + f". Report: {report}")
+
+
+# A paired benchmark's other side named this is ``baseline.endpoint``, not a live colour.
+PAIRED_ENDPOINT = "endpoint"
+
+
+def paired_default(bp, in_place: bool, same_window: str, target: str | None) -> str:
+    """What a benchmark run without an explicit pairing measures beside the candidate: the
+    blueprint's ``baseline.endpoint`` (the service being replaced) when its gate is paired, and
+    nothing for a rolling update in place, a same-window baseline or a ``--target`` measurement
+    (their baselines come otherwise)."""
+    if bp.gate.paired is None or bp.baseline.endpoint is None or in_place or same_window or target:
+        return ""
+    return PAIRED_ENDPOINT

@@ -181,11 +181,27 @@ def _undecided(bp: Blueprint) -> str:
     return "an INCONCLUSIVE rolls back at once (gate.undecided: rollback), no approval wait"
 
 
+def paired_benchmark(bp: Blueprint) -> StageTime:
+    """The paired benchmark (``gate.paired``): both colours at once, each point's duration_s in
+    all, judged after each of its looks; planned to the last look."""
+    bench, looks = bp.benchmark, bp.gate.paired.looks
+    points = [(s, c) for s in bench.scenarios for c in s.concurrencies]
+    budget = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
+    load = min(sum(s.duration_s for s, _ in points), budget)
+    return StageTime("benchmark", load, load + approval_wait_s(bp),
+                     f"paired: {len(points)} points, both colours at once under one request stream, in {looks} "
+                     f"looks of duration_s / {looks}, planned to the last (as early as {duration(load / looks)} "
+                     f"if decided at the first); {_undecided(bp)}",
+                     "the blueprint; scripts/bench/gate_sim.py measures when the paired gate decides")
+
+
 def _benchmark(bp: Blueprint) -> StageTime:
     bench = bp.benchmark
     points = [(s, c) for s in bench.scenarios for c in s.concurrencies]
     budget = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
     approval = approval_wait_s(bp)
+    if bp.gate.paired is not None and bp.baseline.endpoint is not None:
+        return paired_benchmark(bp)   # the migration, beside the service it replaces
     if bench.sequential is None:
         load = sum(s.duration_s for s, _ in points) * bench.repeats
         return StageTime("benchmark", min(load, budget), min(load, budget) + approval,

@@ -30,7 +30,7 @@ from blueprints.schema import Blueprint
 from tasks.planning import room
 from tasks.planning.manifests.common import SHUTDOWN_TIMEOUT_S
 from tasks.planning.strategy import StrategyChoice, choose, second_fleet_obstacle
-from tasks.planning.timeline import Timeline, approval_wait_s, duration
+from tasks.planning.timeline import Timeline, approval_wait_s, duration, paired_benchmark
 
 SWITCH_EXPECTED_S, SWITCH_WORST_S = 10.0, 120.0
 RELEASE_S = 300.0  # terminating the first fleet's instances; assumed (EC2 gives no figure)
@@ -80,13 +80,17 @@ class ExtraFleet:
 
 def fleet_overlap(bp: Blueprint, timeline: Timeline) -> ExtraFleet:
     stages = {s.stage: s for s in timeline.stages}
-    bench = stages["benchmark"]
+    # Paired (gate.paired): the live colour is measured with the candidate, at once; otherwise
+    # first, then the candidate.
+    paired = bp.gate.paired is not None
+    bench = paired_benchmark(bp) if paired else stages["benchmark"]
     phases = {name: round(stages[name].expected_s, 1) for name in SECOND_FLEET_STAGES}
-    phases |= {"baseline": round(bench.expected_s, 1), "benchmark": round(bench.expected_s, 1),
+    phases |= ({} if paired else {"baseline": round(bench.expected_s, 1)})
+    phases |= {"benchmark": round(bench.expected_s, 1),
                "switch": SWITCH_EXPECTED_S, "keep": float(bp.promotion.keep_previous_colour_s),
                "drain": round(drain_s(bp), 1), "release": RELEASE_S}
     # the baseline's measurement has no approval wait; the candidate's may (gate.undecided: ask)
-    baseline_worst = bench.worst_s - approval_wait_s(bp)
+    baseline_worst = 0.0 if paired else bench.worst_s - approval_wait_s(bp)
     worst = (sum(stages[name].worst_s for name in SECOND_FLEET_STAGES) + baseline_worst + bench.worst_s
              + SWITCH_WORST_S + bp.promotion.keep_previous_colour_s + SHUTDOWN_TIMEOUT_S + RELEASE_S)
     expected_h, worst_h = sum(phases.values()) / 3600, worst / 3600

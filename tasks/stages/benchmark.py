@@ -118,7 +118,7 @@ def _spec(bp: Blueprint, target: str, run_id: str, rnd: Round) -> LoadSpec:
                     mode=bp.benchmark.mode, model=bp.model.name, seed=zlib.crc32(f"{run_id}/{s.name}/{c}/{r}".encode()))
 
 
-def _raw_document(result: LoadResult, server: ServerFigures | None) -> str:
+def raw_document(result: LoadResult, server: ServerFigures | None) -> str:
     client = {"cpu_s": result.client_cpu_s, "cpu_share": result.client_cpu_share,
               "loop_lag_mean_s": result.loop_lag_mean_s, "loop_lag_p99_s": result.loop_lag_p99_s,
               "loop_lag_max_s": result.loop_lag_max_s, "saturated": result.saturated, "saturation": result.saturation}
@@ -151,7 +151,7 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
             progress(done, most, spec)
         result, figures = server(lambda: load(spec)) if server else (load(spec), None)
         raw = directory / "raw" / f"{spec.scenario}-c{spec.concurrency}-r{spec.repeat}.json"
-        write_atomic(raw, _raw_document(result, figures))
+        write_atomic(raw, raw_document(result, figures))
         runs = results.setdefault(rnd.point, [])
         runs.append((result, figures))
         notes.append(PointNote(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
@@ -290,21 +290,22 @@ def server_json(summaries: list[ScenarioSummary]) -> dict:
 
 
 def report_markdown(report: GateReport, notes: tuple[PointNote, ...], png: bytes, png_path: Path,
-                    server: list[str] = ()) -> str:
+                    server: list[str] = (), windows: list[str] = ()) -> str:
     """The rationale, the measurement notes, and the plot inline.
 
     Prefect's image artifact needs a publicly reachable URL, which a worker's disk is not, so
     the PNG is embedded as a data URI (the UI renders it; about 40 KB) and its path is given too.
     """
     data = base64.b64encode(png).decode()
-    return "\n".join([render_markdown(report), *_notes_markdown(notes), *server, "## Against concurrency",
+    return "\n".join([render_markdown(report), *windows, *_notes_markdown(notes), *server, "## Against concurrency",
                       "", f"![TTFT, TPOT and what the servers said against concurrency, candidate vs baseline]"
                           f"(data:image/png;base64,{data})",
                       "", f"The same plot on the worker: `{png_path}`", ""])
 
 
 def write_report(directory: Path, report: GateReport, report_json: dict, summaries: list[ScenarioSummary],
-                 baseline: Baseline, notes: tuple[PointNote, ...], title: str) -> tuple[Path, str]:
+                 baseline: Baseline, notes: tuple[PointNote, ...], title: str,
+                 windows: list[str] = ()) -> tuple[Path, str]:
     """Write gate.json, gate.png and gate.md; returns the PNG path and the markdown."""
     directory = Path(directory)
     png = plot_png(summaries, baseline, title)
@@ -313,6 +314,6 @@ def write_report(directory: Path, report: GateReport, report_json: dict, summari
     server = server_json(summaries)
     write_atomic(directory / "gate.json", json.dumps({**report_json, **({"server": server} if server else {})},
                                                      indent=1))
-    markdown = report_markdown(report, notes, png, png_path, server_markdown(summaries, baseline))
+    markdown = report_markdown(report, notes, png, png_path, server_markdown(summaries, baseline), windows)
     write_atomic(directory / "gate.md", markdown)
     return png_path, markdown

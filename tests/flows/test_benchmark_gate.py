@@ -254,3 +254,59 @@ def test_no_decision_within_the_approval_timeout_rolls_the_candidate_back(bench_
         _flow(path, run_id)
     assert _green_is_gone(stacks) and _snapshot(stacks) == before
     assert "PAUSED" in _states(run_id)  # it waited for a person first
+
+
+# The paired gate (gate.paired): green measured at once with the live blue under one request
+# stream, 18 s of load in 3 looks, judged per 1 s window (widened to 3 request times if longer).
+PAIRED_POINT = {"name": "short", "input_tokens": 1000, "output_tokens": 8, "concurrencies": [4], "duration_s": 18,
+                "max_requests": 2000, "warmup_requests": 4}
+PAIRED = {"window_s": 1.0, "looks": 3, "contracts": {"ttft": 1.15, "tpot": 1.15}, "guard": None}
+
+
+def _paired_flow(stacks, run_id: str):
+    from flows.benchmark import benchmark_flow
+
+    path = stacks.write_blueprint("paired.yaml", gate={"paired": PAIRED}, benchmark={"scenarios": [PAIRED_POINT]})
+    return benchmark_flow(str(path), run_id, colour="green", paired="blue")
+
+
+@timing
+def test_a_paired_gate_passes_an_equal_candidate_measured_beside_the_live_colour_and_switches_to_it(bench_env, tmp_path):
+    stacks, bp, run_id = bench_env, bench_env.blueprint, "paired-" + uuid.uuid4().hex[:6]
+    result = _paired_flow(stacks, run_id)
+    assert result.gate.outcome == "PASS" and result.outcome == "promoted", result.gate.reasons
+    assert _production_colour(stacks) == "green" and result.promotion.previous == "blue"
+    bench = tmp_path / "state" / "runs" / bp.name / run_id / "bench"
+    [stop] = json.loads((bench / "results.json").read_text())["stops"]
+    # Both colours got the same stream at once: one raw file per colour and round, same prompts'
+    # salt and seed, blue's through its own router, their measured windows overlapping.
+    for k in range(stop["rounds"]):
+        ours = json.loads((bench / "raw" / f"short-c4-r{k}.json").read_text())
+        theirs = json.loads((bench / "raw" / f"short-c4-r{k}-baseline.json").read_text())
+        assert (ours["spec"]["salt"], ours["spec"]["seed"]) == (theirs["spec"]["salt"], theirs["spec"]["seed"])
+        assert ours["spec"]["base_url"] != theirs["spec"]["base_url"]
+        first = max(ours["records"][0]["send_ts"], theirs["records"][0]["send_ts"])
+        last = min(ours["records"][-1]["send_ts"], theirs["records"][-1]["send_ts"])
+        assert last - first > 3.0, (first, last)
+    report = (bench / "gate.md").read_text()
+    assert "## Paired windows" in report and "jackknife" in report
+    assert f"Stopped at look {stop['rounds']} of 3: every check PASSed" in report
+    gate = json.loads(Path(result.gate.report).read_text())
+    contracts = [r for r in gate["rows"] if r["check"] == "paired contract"]
+    assert {r["metric"] for r in contracts} == {"ttft_mean", "tpot_mean"}
+    assert all(r["verdict"] == "PASS" and r["ci"][1] <= 1.15 for r in contracts), contracts
+
+
+@timing
+def test_a_paired_gate_fails_a_candidate_30_percent_slower_on_tpot_early_and_rolls_it_back(bench_env, tmp_path):
+    stacks, run_id = bench_env, "paired-slow-" + uuid.uuid4().hex[:6]
+    stacks.engine_rules("green", latency={"tpot_scale": 1.3})
+    before = _snapshot(stacks)
+    with pytest.raises(BenchmarkBelowGate, match="tpot significantly worse than 1.15|tpot ratio") as failed:
+        _paired_flow(stacks, run_id)
+    assert "rolled back (gate FAIL" in str(failed.value) and _green_is_gone(stacks)
+    assert _production_colour(stacks) == "blue" and _snapshot(stacks) == before
+    bench = tmp_path / "state" / "runs" / stacks.blueprint.name / run_id / "bench"
+    [stop] = json.loads((bench / "results.json").read_text())["stops"]
+    assert stop["rounds"] < 3 and stop["reason"] == "decided", stop                 # early: before its last look
+    assert "a check FAILed" in (bench / "gate.md").read_text()

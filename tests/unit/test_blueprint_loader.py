@@ -107,8 +107,8 @@ def test_an_attention_kind_that_is_neither_mla_nor_gqa_says_which_to_set():
 def test_an_unknown_key_in_a_baseline_point_is_located_and_refused():
     # A baseline point sits under a scenario name the blueprint chose (a mapping key, not a field),
     # so there are no field names to suggest: the hint is to remove it.
-    text = REFERENCE_TEXT.replace("      - {concurrency: 16, completed: 1000, ttft_ms_mean: 1450,",
-                                  "      - {concurrency: 16, completed: 1000, ttft_ms_maen: 1450,", 1)
+    text = REFERENCE_TEXT.replace("      - {concurrency: 64, completed: 4000, ttft_ms_mean: 1450,",
+                                  "      - {concurrency: 64, completed: 4000, ttft_ms_maen: 1450,", 1)
     missing, unknown = _error(text).problems
     assert missing.field == "baseline.scenarios.isl-3k[0].ttft_ms_mean" and missing.message == "required field is missing"
     assert unknown.field == "baseline.scenarios.isl-3k[0].ttft_ms_maen"

@@ -93,7 +93,7 @@ def test_scenarios_must_fit_the_context_window():
 
 
 def test_baseline_must_name_known_scenarios():
-    found = _problems(_edit(("    isl-60k:\n      - {concurrency: 8", "    isl-6ok:\n      - {concurrency: 8")))
+    found = _problems(_edit(("    isl-60k:\n      - {concurrency: 16", "    isl-6ok:\n      - {concurrency: 16")))
     assert "unknown scenario 'isl-6ok'" in found["baseline.scenarios.isl-6ok"]
 
 

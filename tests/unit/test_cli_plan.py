@@ -70,7 +70,7 @@ def test_published_figures_without_their_spread_are_refused_naming_the_field(tmp
     out = pdlift("validate", str(bad))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "baseline" in out.stderr and "cv: published figures need their spread" in out.stderr
-    bad.write_text(BLUEPRINTS[0].read_text().replace("completed: 1000, ", "", 1))
+    bad.write_text(BLUEPRINTS[0].read_text().replace("completed: 4000, ", "", 1))
     out = pdlift("validate", str(bad))
     assert out.returncode == 2 and "baseline.scenarios.isl-3k[0].completed" in out.stderr
 
@@ -78,3 +78,17 @@ def test_published_figures_without_their_spread_are_refused_naming_the_field(tmp
 def test_missing_file_is_exit_2_not_a_traceback(tmp_path):
     out = pdlift("plan", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2 and "cannot read file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_suggest_gate_prints_a_paired_design_that_fits_or_says_what_it_needs(tmp_path):
+    out = pdlift("plan", str(BLUEPRINTS[0]), "--suggest-gate")
+    assert out.returncode == 0, out.stderr
+    assert "The cheapest paired gate that decides for glm51-fp8-2p2d" in out.stdout
+    assert "within benchmark.budget_minutes = 45" in out.stdout
+    assert "gate:\n  paired:\n    window_s: 20\n    looks: 3\n" in out.stdout and "isl-3k@64: " in out.stdout
+    assert "scripts/bench/gate_sim.py --paths paired" in out.stdout
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(BLUEPRINTS[0].read_text().replace("    isl-120k:\n      - {concurrency: 8, completed: 1000, "
+                                                      "ttft_ms_mean: 24500, tpot_ms_mean: 41}\n", ""))
+    out = pdlift("plan", str(bare), "--suggest-gate")
+    assert out.returncode == 2 and "baseline.scenarios.isl-120k: no published figure" in out.stderr

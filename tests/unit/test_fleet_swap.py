@@ -141,8 +141,20 @@ def test_the_candidate_is_pinned_to_the_second_fleets_nodes_without_changing_its
         assert "podAntiAffinity" in affinity  # the spread across nodes is kept
 
 
+def test_a_paired_gate_measures_both_colours_at_once_so_the_second_fleet_bills_one_benchmark_less():
+    paired = load_blueprint("blueprints/glm51-fp8-2p2d.yaml")
+    assert paired.gate.paired is not None
+    unpaired = paired.model_copy(update={"gate": paired.gate.model_copy(update={"paired": None})})
+    x, y = (update_plan.fleet_overlap(bp, make_plan(bp).timeline) for bp in (paired, unpaired))
+    assert "baseline" not in x.phases_s and y.phases_s["baseline"] == y.phases_s["benchmark"]
+    assert x.phases_s["benchmark"] == y.phases_s["benchmark"] == pytest.approx(44.5 * 60, abs=0.1)
+    assert y.expected_h - x.expected_h == pytest.approx(44.5 / 60, abs=0.01)
+    assert y.worst_h - x.worst_h == pytest.approx(44.5 / 60, abs=0.01)
+
+
 def test_the_plan_counts_the_second_fleets_stages_both_benchmarks_and_the_keep_window_as_extra_hours():
     bp = load_blueprint("blueprints/glm51-fp8-2p2d.yaml")
+    bp = bp.model_copy(update={"gate": bp.gate.model_copy(update={"paired": None})})   # measured one after the other
     timeline = make_plan(bp).timeline
     x = update_plan.fleet_overlap(bp, timeline)
     bench = timeline.of("benchmark").expected_s

@@ -15,6 +15,7 @@ from tasks.planning.gate_sizing import size_gate
 from tests.unit.test_cli_plan import pdlift
 
 SANDBOX = Path(__file__).resolve().parents[2] / "blueprints" / "sandbox-2p2d.yaml"
+REFERENCE = SANDBOX.with_name("glm51-fp8-2p2d.yaml")
 
 
 def _blueprint(rules, *, duration_s=600.0, cv=None, completed=400, point_cv=None, allow=False):
@@ -29,6 +30,7 @@ def _blueprint(rules, *, duration_s=600.0, cv=None, completed=400, point_cv=None
                        "scenarios": {"isl-3k": [point]}}
     doc["gate"]["rules"] = rules
     doc["gate"]["allow_undecidable"] = allow
+    doc["gate"].pop("paired", None)          # the recorded path's checks alone (test_a_paired_... below)
     return doc
 
 
@@ -129,3 +131,60 @@ def test_a_rule_that_needs_more_requests_than_max_requests_is_named():
     assert not short.decidable and short.minutes < 11
     doc["benchmark"]["scenarios"][0]["max_requests"] = int(wanted) + 1
     assert [c for c in _size(doc).checks if c.metric == "ttft_mean"][0].decidable
+
+
+def test_a_paired_check_is_sized_by_hand_from_both_colours_noise_and_its_weights():
+    doc = _blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}])
+    doc["gate"]["paired"] = {"window_s": 10, "looks": 3, "contracts": {"ttft": 1.02}, "guard": None,
+                             "weights": {"ttft": {"isl-3k@8": 2.0}}}
+    paired = [c for c in _size(doc).checks if "paired" in c.metric]
+    (check,) = paired                                   # one contract; one scenario: no guard
+    assert (check.scenario, check.metric, check.rule) == ("all points", "ttft_mean (paired contract)", 1.02)
+    # 4,000 requests a colour, each colour's own noise: var(log ratio) = 2 x 0.2^2 / 4000 (the weight
+    # of a lone point normalises to 1); no figure's variance, since the baseline is measured too.
+    se = math.sqrt(2 * 0.04 / 4000)
+    assert check.se == pytest.approx(se) and check.requests == 4000
+    from tasks.planning.gate_paired import Levels
+
+    levels = Levels.of(0.05, 3, 2.0, 1)          # the last of 3 looks: what the earlier ones left
+    z_a, z_b = normal_quantile(1 - levels.passing[-1]), normal_quantile(0.9)
+    assert levels.passing[-1] < 0.05
+    assert check.p_pass_equal == pytest.approx(1 - normal_sf(math.log(1.02) / se - z_a))
+    assert check.smallest_margin == pytest.approx(math.exp(se * (z_a + z_b)))
+    assert check.minutes_needed == pytest.approx(10.0 * (se * (z_a + z_b) / math.log(1.02)) ** 2)
+    assert check.decidable is (check.minutes_needed <= 10.0)
+
+
+def test_a_paired_point_whose_rounds_hold_fewer_than_two_windows_is_named_undecidable():
+    doc = _blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "critical": True}], duration_s=20.0)
+    # requests take 1.2 s, so a window is at least 3.6 s; rounds of 20 s / 3 = 6.7 s hold one
+    doc["gate"]["paired"] = {"window_s": 1, "looks": 3, "contracts": {"ttft": 1.5}, "guard": None}
+    (check,) = [c for c in _size(doc).checks if "paired" in c.metric]
+    assert not check.decidable and "rounds of 7 s hold 1 window(s) of at least 3 requests' 1.2 s" in check.why
+    doc["benchmark"]["scenarios"][0]["duration_s"] = 21.6            # 7.2 s rounds: two 3.6 s windows
+    (check,) = [c for c in _size(doc).checks if "paired" in c.metric]
+    assert check.decidable, check.why
+
+
+def test_the_suggested_gate_decides_and_no_point_can_give_up_load_without_breaking_a_check(tmp_path):
+    from blueprints.loader import load_blueprint
+    from tasks.planning.gate_suggest import suggest_gate
+
+    doc = yaml.safe_load(REFERENCE.read_text())
+    suggestion = suggest_gate(parse_blueprint(yaml.safe_dump(doc)))
+    assert suggestion.fits and suggestion.minutes == pytest.approx(sum(suggestion.duration_s.values()) / 60)
+
+    def applied(durations: dict[str, float]):
+        changed = dict(doc, gate={**doc["gate"], "paired": suggestion.spec.model_dump(mode="json")})
+        changed["benchmark"] = {**doc["benchmark"], "scenarios": [
+            {**s, "duration_s": durations[s["name"]]} for s in doc["benchmark"]["scenarios"]]}
+        path = tmp_path / "suggested.yaml"
+        path.write_text(yaml.safe_dump(changed, sort_keys=False))
+        return [c for c in size_gate(load_blueprint(path)).checks if "paired" in c.metric]
+
+    assert all(c.decidable for c in applied(suggestion.duration_s))
+    for name in suggestion.duration_s:             # 2% less on any one point: a check or its windows fail
+        less = {**suggestion.duration_s, name: suggestion.duration_s[name] * 0.98}
+        assert not all(c.decidable for c in applied(less)), name
+    weights = suggestion.spec.weights["ttft"]
+    assert all(w > 0 for w in weights.values()) and sum(weights.values()) == pytest.approx(1.0, abs=0.01)

@@ -68,13 +68,12 @@ def test_the_reference_timeline_by_hand(glm):
     assert stages["fabric"][1] == pytest.approx(per_node + 15 * 600 + 2 * (900 + per_node + 13 * 600))
     assert stages["weights"] == pytest.approx((754 / 4.3, 754 / 1.0))
     assert stages["deploy"] == (600, 2700)
-    # Sequential, 6 rounds, planned as if no point stopped early: every point to its cap
-    # (3 x 900 + 3 x 1800 + 3 x 2700 s = the 270 min budget); an INCONCLUSIVE rolls back at once
-    # (gate.undecided: rollback), so at most is the same.
-    cap = 3 * 900 + 3 * 1800 + 3 * 2700
-    assert stages["benchmark"] == pytest.approx((min(cap, 270 * 60), min(cap, 270 * 60)))
-    assert "as early as 1.5 h if every point is decided at its round 2" in t.of("benchmark").basis
-    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 16200, abs=0.1)
+    # The paired design's three points, one run each (the migration without baseline.endpoint runs
+    # them against the published figures): 1,110 + 540 + 1,020 s, within the 45 min budget; an
+    # INCONCLUSIVE rolls back at once (gate.undecided: rollback), so at most is the same.
+    assert stages["benchmark"] == pytest.approx((2670, 2670))
+    assert "3 points x 1 repeats at full length, within benchmark.budget_minutes = 45" in t.of("benchmark").basis
+    assert t.expected_s == pytest.approx(60 + 600 + 721.7 + 754 / 4.3 + 600 + 2670, abs=0.1)
     assert t.usd_per_hour == pytest.approx(4 * 63.296)
 
 
@@ -105,38 +104,43 @@ def test_the_per_node_fabric_layers_run_aws_ssh_max_parallel_nodes_at_a_time(glm
 
 
 def test_a_fixed_benchmark_is_its_repeats_and_a_budget_cuts_either(glm):
-    scenarios = [s.model_copy(update={"duration_s": s.duration_s / 3}) for s in glm.benchmark.scenarios]
-    fixed = glm.benchmark.model_copy(update={"scenarios": scenarios, "repeats": 3, "sequential": None,
-                                             "budget_minutes": None})
-    load = 3 * (3 * 300 + 3 * 600 + 3 * 900)                           # 3 repeats of 9 points: 270 min
+    from blueprints.schema import SequentialSpec
+
+    fixed = glm.benchmark.model_copy(update={"repeats": 3, "budget_minutes": None})
+    load = 3 * (1110 + 540 + 1020)                                     # 3 repeats of 3 points: 133.5 min
     assert by_stage(make_plan(glm.model_copy(update={"benchmark": fixed})).timeline)["benchmark"] == \
         pytest.approx((load, load))
-    budget = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 60})})
+    budget = glm.model_copy(update={"benchmark": fixed.model_copy(update={"budget_minutes": 60})})
     assert by_stage(make_plan(budget).timeline)["benchmark"] == pytest.approx((3600, 3600))
-    tight = glm.model_copy(update={"benchmark": glm.benchmark.model_copy(update={"budget_minutes": 80})})
-    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((4800, 4800))
-    assert "as early as 80 min" in make_plan(tight).timeline.of("benchmark").basis
+    # Sequential: planned to the caps within the budget; as early as every point's round 2 of 6.
+    rounds = glm.benchmark.model_copy(update={"sequential": SequentialSpec(rounds=6), "budget_minutes": 40})
+    tight = glm.model_copy(update={"benchmark": rounds})
+    assert by_stage(make_plan(tight).timeline)["benchmark"] == pytest.approx((2400, 2400))
+    assert "as early as 15 min" in make_plan(tight).timeline.of("benchmark").basis      # 2670 x 2 / 6 s
 
 
 def test_the_cost_of_each_stage_is_its_time_at_the_fleets_price(glm):
     t = make_plan(glm).timeline
     expected, worst = t.of("benchmark").usd(t.usd_per_hour)
-    assert expected == pytest.approx(16200 / 3600 * 4 * 63.296) and worst == pytest.approx(16200 / 3600 * 4 * 63.296)
+    assert expected == pytest.approx(2670 / 3600 * 4 * 63.296) and worst == pytest.approx(2670 / 3600 * 4 * 63.296)
     assert t.of("weights").usd(None) == (None, None)
     plan = make_plan(glm)
     assert plan.cost.usd_per_run == pytest.approx(t.expected_s / 3600 * 4 * 63.296, abs=0.01)
 
 
 def test_the_plan_warns_when_the_run_outlasts_its_capacity_or_its_stated_target(glm):
-    assert make_plan(glm).timeline.warnings == ()                     # 5.1 h expected, 16.5 h at most, 48 h held
-    short = glm.model_copy(update={"expected_run_hours": 5.0})
-    assert any("expected_run_hours = 5" in w for w in make_plan(short).warnings)
+    assert make_plan(glm).timeline.warnings == ()                     # 1.3 h expected, 12.6 h at most, 48 h held
+    short = glm.model_copy(update={"expected_run_hours": 1.0})
+    assert any("expected_run_hours = 1" in w for w in make_plan(short).warnings)
     exact = glm.model_copy(update={"expected_run_hours": make_plan(glm).timeline.expected_s / 3600})
     assert not any("expected_run_hours" in w for w in make_plan(exact).warnings)   # equal is not more
-    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 16, "max_upfront_usd": 5000})
+    cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 13, "max_upfront_usd": 5000})
     block = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap})})
     (warning,) = [w for w in make_plan(block).warnings if "Capacity Block" in w]
-    assert "16.4 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
+    assert "12.6 h at most" in warning and "30 min" in warning     # a block is bought at once: no pending wait
+    roomy = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 14, "max_upfront_usd": 5000})
+    assert not [w for w in make_plan(glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": roomy})})
+                                     ).warnings if "Capacity Block" in w]
     odcr = glm.model_copy(update={"aws": glm.aws.model_copy(update={"capacity": glm.aws.capacity.model_copy(
         update={"duration_hours": 12})})})
     assert any("duration_hours = 12" in w for w in make_plan(odcr).warnings)
@@ -152,11 +156,11 @@ def test_the_pairwise_rounds_are_the_round_robins(glm, prefill, decode, rounds):
 
 
 def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
-    # At most 17.95 h here (an INCONCLUSIVE may wait 5600 s for a person): inside an 18 h block,
+    # At most 17.9 h here (an INCONCLUSIVE may wait 19,000 s for a person): inside an 18 h block,
     # not inside its 17.5 usable hours.
     cap = glm.aws.capacity.model_copy(update={"mode": "capacity-block", "duration_hours": 18, "max_upfront_usd": 5000})
     bp = asking(glm).model_copy(update={"aws": glm.aws.model_copy(update={"capacity": cap}),
-                                        "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 5600})})
+                                        "promotion": glm.promotion.model_copy(update={"approval_timeout_s": 19000})})
     worst = make_plan(bp).timeline.worst_s
     assert 18 * 3600 - 1800 < worst <= 18 * 3600
     assert any("Capacity Block" in w for w in make_plan(bp).warnings)
@@ -165,9 +169,9 @@ def test_a_capacity_block_counts_the_half_hour_ec2_takes_to_shut_it_down(glm):
 def test_the_plan_prints_the_timeline_with_its_sources_and_json_carries_it(glm):
     plan = make_plan(glm)
     text = render(plan)
-    assert "Timeline on AWS (projected)" in text and "benchmark  4.5 h     4.5 h" in text
+    assert "Timeline on AWS (projected)" in text and "benchmark  44 min    44 min" in text
     assert "s5cmd#636" in text and "assumed: no published p5en figure" in text
-    assert "projected run 5.1 h" in text and "expected run 6 h" not in text
+    assert "projected run 1.34 h" in text and "expected run 6 h" not in text
     doc = plan.to_dict()
     assert [s["stage"] for s in doc["timeline"]["stages"]] == ["reserve", "launch", "fabric", "weights", "deploy",
                                                                "benchmark"]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "bench" / "gate_sim.py"
 
@@ -63,7 +64,7 @@ def test_the_last_lines_are_the_recorded_paths_default_model_last(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-4].startswith("gate_sim[recorded,pessimistic]: pass_equal=")
     assert lines[-3].startswith("gate_sim[recorded]: pass_equal=") and " fail_ttft10=n/a " in lines[-3]
-    assert lines[-3].endswith(" minutes_p95=270.0")                  # the fixed gate spends its whole plan
+    assert lines[-3].endswith(" minutes_p95=44.5")                   # the fixed gate spends its whole plan
     assert lines[-2].startswith("gate_sim[paired,pessimistic]: pass_equal=")
     assert lines[-1].startswith("gate_sim: pass_equal=")              # the paired path, the default model, last
 
@@ -104,7 +105,28 @@ def test_the_paired_path_runs_end_to_end_and_prints_its_line_last(capsys):
     assert PAIRED_LINE.fullmatch(out[-1]), out[-1]
     assert not any(line.startswith("gate_sim[recorded") for line in out)     # --paths paired: that path alone
     minutes = float(out[-1].rsplit("=", 1)[1])
-    assert 0 < minutes <= sim.DESIGN_P45.cap_minutes + 0.05                 # a look's share of the 42.3 min cap
+    assert 0 < minutes <= sim.design_of_blueprint(sim.REFERENCE).cap_minutes + 0.05   # a look's share of 44.5 min
+
+
+def test_the_paired_path_simulates_the_blueprints_own_design_with_the_windows_the_product_cuts(tmp_path):
+    import yaml
+
+    sim = _sim()
+    design = sim.design_of_blueprint(sim.REFERENCE)
+    assert [(s, c, m) for s, c, m in design.points] == [("isl-3k", 64, 18.5), ("isl-60k", 16, 9.0),
+                                                        ("isl-120k", 8, 17.0)]
+    # Windows of at least 3 requests' time (18.8, 28.5 and 46.5 s end to end under the load model):
+    # 6, 2 and 2 a round of duration_s / 3.
+    assert design.windows == (18, 6, 6) and (design.margin, design.guard, design.looks) == (1.05, 1.2, 3)
+    assert dict(design.weights)["ttft"] == (0.74, 0.145, 0.117)
+    plan = sim.paired_plan(design, "public", sim.REFERENCE)
+    assert math.isclose(plan.weights["ttft"][("isl-3k", 64)], 0.74 / (0.74 + 0.145 + 0.117))
+    doc = yaml.safe_load(sim.REFERENCE.read_text())
+    doc["benchmark"]["scenarios"][1]["duration_s"] = 500          # rounds of 167 s: one 85 s window each
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(SystemExit, match="isl-60k@16's rounds of 167 s hold 1 window"):
+        sim.design_of_blueprint(short)
 
 
 def test_the_paired_design_is_the_studys_p45_with_weights_from_the_model():

@@ -46,3 +46,20 @@ def test_an_undecided_rollback_message_carries_the_reason_and_the_figures_a_pers
     assert text.startswith("bg1: candidate green rolled back (gate INCONCLUSIVE: not shown non-inferior within its "
                            "budget")
     assert "deleted Namespace bg1-green" in text and reasons[0] in text and text.endswith("Report: /r/gate.json")
+
+
+def test_a_benchmark_pairs_with_the_old_service_only_when_the_gate_is_paired_and_names_it():
+    from types import SimpleNamespace
+
+    from tasks.planning.promotion_decision import PAIRED_ENDPOINT, paired_default
+
+    def bp(paired: bool, endpoint: bool):
+        return SimpleNamespace(gate=SimpleNamespace(paired=object() if paired else None),
+                               baseline=SimpleNamespace(endpoint=object() if endpoint else None))
+
+    assert paired_default(bp(True, True), False, "", None) == PAIRED_ENDPOINT
+    assert paired_default(bp(False, True), False, "", None) == ""          # an unpaired gate
+    assert paired_default(bp(True, False), False, "", None) == ""          # nothing to pair with
+    assert paired_default(bp(True, True), True, "", None) == ""            # a rolling update in place
+    assert paired_default(bp(True, True), False, "runs/d/r/bench-baseline", None) == ""
+    assert paired_default(bp(True, True), False, "", "http://127.0.0.1:8000") == ""   # --target
