@@ -132,7 +132,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
         def progress(done: int, total: int, spec) -> None:
             update_progress_artifact(progress_id, 100.0 * done / total)
             if spec is not None:
-                kind = "round" if bp.benchmark.sequential else "repeat"
+                kind = "round" if bp.benchmark.sequential or paired else "repeat"
                 log.info(f"load run {done + 1} (of at most {total}): {spec.scenario} at concurrency "
                          f"{spec.concurrency}, {kind} {spec.repeat + 1}")
 

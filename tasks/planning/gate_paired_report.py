@@ -27,6 +27,8 @@ class PointHealth:
     requests: int
     errors: int
     saturation: str | None = None      # the load client's own saturation, when it happened
+    baseline_requests: int = 0         # the colour it is compared with: when it fails, nothing is compared
+    baseline_errors: int = 0
 
 
 def estimates(windows: Windows) -> dict[str, dict[Point, Estimate]]:
@@ -58,6 +60,13 @@ def _health_rows(health: Mapping[Point, PointHealth], gate: GateSpec) -> list[Ga
                             f"{h.errors} of {h.requests} requests failed" + (
                                 f", above the ceiling of {gate.max_error_rate:.2%}" if failed else ""),
                             critical=True))
+        if h.baseline_requests and h.baseline_errors / h.baseline_requests > gate.max_error_rate:
+            rows.append(GateRow(scenario, concurrency, "error_rate", "baseline errors",
+                                h.baseline_errors / h.baseline_requests, None, None,
+                                f"<= {gate.max_error_rate:.2%}", Verdict.INCONCLUSIVE,
+                                f"the baseline failed {h.baseline_errors} of {h.baseline_requests} requests: the "
+                                "colours cannot be compared (is the live colour or baseline.endpoint healthy?)",
+                                critical=True))
         if h.saturation:
             rows.append(GateRow(scenario, concurrency, "client", "client", None, None, None, "not saturated",
                                 Verdict.INCONCLUSIVE, f"the load client saturated ({h.saturation}): its "

@@ -54,8 +54,7 @@ class PairedState:
     def to_dict(self) -> dict:
         return {"look": self.look, "baseline_source": self.baseline_source,
                 "points": [{"scenario": s, "concurrency": c, "window_s": self.window_s.get((s, c), 0.0),
-                            "requests": self.health[(s, c)].requests, "errors": self.health[(s, c)].errors,
-                            "saturation": self.health[(s, c)].saturation,
+                            **{k: v for k, v in asdict(self.health[(s, c)]).items()},
                             "windows": {f: [list(asdict(w).values()) for w in self.windows[f].get((s, c), ())]
                                         for f in FAMILIES}}
                            for s, c in sorted(self.health)]}
@@ -68,7 +67,8 @@ class PairedState:
             for p in doc["points"]:
                 point = (str(p["scenario"]), int(p["concurrency"]))
                 window_s[point] = float(p["window_s"])
-                health[point] = PointHealth(int(p["requests"]), int(p["errors"]), p.get("saturation"))
+                health[point] = PointHealth(int(p["requests"]), int(p["errors"]), p.get("saturation"),
+                                            int(p.get("baseline_requests", 0)), int(p.get("baseline_errors", 0)))
                 for f in FAMILIES:
                     windows[f][point] = tuple(WindowSums(float(a), int(b), float(c), int(d))
                                               for a, b, c, d in p["windows"][f])
@@ -178,9 +178,11 @@ def _health(runs: dict[Point, list[tuple[LoadResult, LoadResult]]]) -> dict[Poin
     out = {}
     for point, pairs in runs.items():
         records = [r for mine, _ in pairs for r in mine.records]
+        theirs = [r for _, other in pairs for r in other.records]
         saturated = [s for mine, other in pairs for s in (mine.saturation, other.saturation) if s]
         out[point] = PointHealth(len(records), sum(1 for r in records if not r.completed),
-                                 saturated[0] if saturated else None)
+                                 saturated[0] if saturated else None, len(theirs),
+                                 sum(1 for r in theirs if not r.completed))
     return out
 
 

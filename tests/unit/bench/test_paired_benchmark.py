@@ -148,6 +148,13 @@ def test_the_error_ceiling_fails_above_it_and_passes_at_it():
     assert outcome is Verdict.FAIL and "3 of 100 requests failed, above the ceiling" in report.reasons[0]
 
 
+def test_a_failing_baseline_leaves_nothing_compared_so_the_gate_cannot_pass():
+    tight = _windows(1.0, 12, 0.01)
+    assert _verdict(tight, 1, {POINT: PointHealth(100, 0, None, 100, 2)})[0] is Verdict.PASS   # at the ceiling
+    outcome, report, _ = _verdict(tight, 3, {POINT: PointHealth(100, 0, None, 100, 3)})
+    assert outcome is Verdict.INCONCLUSIVE and any("the baseline failed 3 of 100 requests" in r for r in report.reasons)
+
+
 def test_a_saturated_client_never_passes():
     tight = _windows(1.0, 12, 0.01)
     assert _verdict(tight, 1, {POINT: PointHealth(100, 0, "client CPU at 95%")})[0] is None
