@@ -21,20 +21,23 @@ full-length baseline, beside the fixed gate on the same draw:
     ttft-tail    10% of requests' TTFT 2.5x slower, the median unchanged (mean about +15%)
     tpot-tail    10% of requests' TPOT 3x slower (mean about +20%; the reference's rule allows 15%)
 
-The paired path ("paired", ``DESIGN_P45``: the design "P45" of the gate study, gate-decides.md
-section 4) has both colours live at once under one request stream: 3k@64 for 19.3 min, 60k@16 for
-6.0 min, 120k@8 for 17.0 min (cap 42.3 min), each point's time split into 18 windows in which both
-colours see the same drift (it cancels) and each its own requests' noise and batch factors; judged
-by the product's ``tasks.planning.gate_paired``: pooled TTFT and pooled TPOT contracts at 1.05
-(weights: inverse projected variance per point, from the model's per-request variance and request
-rate), guards per input length at 1.20 (m = 8 checks), three looks at 1/3, 2/3 and all of every
-point's windows, ``Levels.of(0.05, 3, 2.0, 8)``; undecided at the cap is INCONCLUSIVE. A margin
-case sits at the contracts' 1.05; two more cases, ``ttft+20%@120k`` and ``ttft+30%@120k``, change
-the longest prompts alone (at and past their guard). Minutes of load: the look it stopped at x the
-cap / 3. No bootstrap: 1,000 draws of a case take seconds. Windows cut the one stream by time, so a
-batch (``concurrency`` requests in flight together) cut by a boundary correlates two neighbouring
-windows, which the jackknife takes as independent; ``--drain`` ends each window with a drain instead
-(no batch straddles two windows; the idle time a drain costs is not simulated).
+The paired path ("paired") has both colours live at once under one request stream, judged by the
+product's ``tasks.planning.gate_paired``. Its design is the blueprint's own ``gate.paired``
+(``design_of_blueprint``): its points and their minutes (each scenario's duration_s), the windows the
+product cuts (``paired_windows.windows_planned``: rounds of duration_s / looks, windows of
+window_s widened to 3 mean request times of the load model), its contracts' margin, guards, looks,
+level and weights; a blueprint without ``gate.paired`` gets the gate study's design "P45"
+(``DESIGN_P45``, gate-decides.md section 4: 3k@64 19.3 min, 60k@16 6.0 min, 120k@8 17.0 min, 18
+windows each, contracts at 1.05, guards at 1.20, weights by inverse projected variance). Within a
+window both colours see the same drift (it cancels) and each its own requests' noise and batch
+factors; look k of K judges the first k/K of every point's windows; undecided at the last look is
+INCONCLUSIVE. A margin case sits at the contracts' margin; two more cases, ``ttft+20%@120k`` and
+``ttft+30%@120k``, change the longest prompts alone (at and past their guard). Minutes of load: the
+look it stopped at x the cap / looks. No bootstrap: 1,000 draws of a case take seconds. Windows cut
+the one stream by time, so a batch (``concurrency`` requests in flight together) cut by a boundary
+correlates two neighbouring windows (the product's jackknife widens its variance for that);
+``--drain`` ends each window with a drain instead (no batch straddles two windows; the idle time a
+drain costs is not simulated).
 
 The latency model (``--noise``, see ``NOISES``): log-normal request latencies whose spread within
 one run is read off the published serving benchmarks the model cites, part of it shared by the
@@ -886,10 +889,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated gate paths to simulate, of " + ",".join(PATHS) + " (default: all)")
     parser.add_argument("--window-drift", type=float, default=WINDOW_DRIFT,
                         help="paired: log-sigma of a window's drift, common to both colours")
-    parser.add_argument("--minutes", type=_floats, help="paired: each design point's minutes (default: P45's "
+    parser.add_argument("--minutes", type=_floats, help="paired: each design point's minutes (default: the blueprint's gate.paired design, else P45's "
                         + ",".join(f"{m:g}" for *_, m in DESIGN_P45.points) + ")")
     parser.add_argument("--windows", type=_floats, help="paired: windows per point, one for all or one each "
-                        "(default: P45's " + ",".join(map(str, DESIGN_P45.windows)) + ")")
+                        "(default: the blueprint's design, else P45's " + ",".join(map(str, DESIGN_P45.windows)) + ")")
     parser.add_argument("--drain", action="store_true",
                         help="paired: drain between windows, so no batch straddles two windows")
     parser.add_argument("--duration-scale", type=float, default=1.0,
