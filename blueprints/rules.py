@@ -191,9 +191,37 @@ def _benchmark_rules(bp: Blueprint) -> list[RuleViolation]:
             out.append(RuleViolation(("gate", "rules", i),
                                      f"rule for {r.metric} has no bound",
                                      "set max_ratio (latency) or min_ratio (throughput), or report_only: true"))
+    return out + _paired_rules(bp)
+
+
+def _paired_rules(bp: Blueprint) -> list[RuleViolation]:
+    """gate.paired: weights that name the benchmark's points, all of them or none, for the contracts'
+    families; one request stream (a Poisson rate each colour derived from its own warm-up would
+    load the faster colour more); and load that fits the budget (no round is cut short)."""
+    paired, out = bp.gate.paired, []
+    if paired is None:
+        return out
     points = {f"{s.name}@{c}" for s in bp.benchmark.scenarios for c in s.concurrencies}
-    for family, named in (bp.gate.paired.weights if bp.gate.paired else {}).items():
-        out.extend(RuleViolation(("gate", "paired", "weights", family, key), f"no benchmark point {key!r} to weigh",
+    for family, named in paired.weights.items():
+        where = ("gate", "paired", "weights", family)
+        if family not in paired.contracts:
+            out.append(RuleViolation(where, f"weights for {family}, which has no contract",
+                                     f"add {family} to gate.paired.contracts or remove its weights"))
+        out.extend(RuleViolation(where + (key,), f"no benchmark point {key!r} to weigh",
                                  f"a point is scenario@concurrency, one of: {', '.join(sorted(points))}")
                    for key in named if key not in points)
+        missing = sorted(points - set(named))
+        if named and missing:
+            out.append(RuleViolation(where, f"weights name some points but not {', '.join(missing)}",
+                                     "weigh every point or none (unnamed points would weigh 1 against the others' "
+                                     "shares); `pdlift plan --suggest-gate` prints a full set"))
+    if bp.benchmark.mode == "poisson":
+        out.append(RuleViolation(("benchmark", "mode"), "a paired gate needs one request stream for both colours",
+                                 "use mode: concurrency with gate.paired"))
+    load_min = sum(s.duration_s * len(s.concurrencies) for s in bp.benchmark.scenarios) / 60.0
+    budget = bp.benchmark.budget_minutes
+    if budget is not None and load_min > budget + 1e-9:
+        out.append(RuleViolation(("benchmark", "budget_minutes"),
+                                 f"the paired gate's points add up to {load_min:.1f} min of load, more than "
+                                 f"budget_minutes {budget:g}", "shorten duration_s or raise budget_minutes"))
     return out

@@ -45,8 +45,9 @@ KEY_VERSION = "v3"
 def _key(kind: str, parameters: dict) -> str:
     run: Run = parameters["run"]
     generation = parameters.get("generation") or ""
+    paired = parameters.get("paired") or ""      # a paired measurement is another measurement
     return (f"pdlift-{KEY_VERSION}-{kind}-{run.blueprint.name}-{parameters['colour']}-{run.run_id}"
-            + (f"-{generation}" if generation else ""))
+            + (f"-{generation}" if generation else "") + (f"-paired-{paired}" if paired else ""))
 
 
 def measure(run: Run, colour: str, target: str | None, generation: str, same_window: str = "",
@@ -88,6 +89,12 @@ def ready_url(wiring: Wiring, service: str) -> str:
     if not ready:
         raise StackNotReady(f"no ready endpoint behind Service {ns}/{service}; is it deployed? (or pass --target URL)")
     return ready[0].url
+
+
+def _promoted_before(wiring: Wiring) -> bool:
+    """Whether a promotion recorded this deployment's baseline (the migration's cutover happened)."""
+    wiring.state.pull(stage.baseline_key(wiring.bp.name))
+    return stage.baseline_path(wiring.state_root, wiring.bp.name).exists()
 
 
 def _paired_with(wiring: Wiring, paired: str) -> tuple[str, str | None, str]:
@@ -136,6 +143,12 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
                 log.info(f"load run {done + 1} (of at most {total}): {spec.scenario} at concurrency "
                          f"{spec.concurrency}, {kind} {spec.repeat + 1}")
 
+        if paired == PAIRED_ENDPOINT and _promoted_before(wiring):
+            # baseline.endpoint is the service the migration replaces; after the first promotion the
+            # live colour is this deployment's own, and the gate is against its recorded baseline.
+            log.info(f"baseline.endpoint not used: {bp.name} was promoted before, so the service it names was "
+                     "replaced; judged against the recorded baseline")
+            paired = ""
         if paired:
             return _paired_benchmark(wiring, run, url, paired, directory, progress, log)
         server = _server_metrics(wiring, colour, log)
@@ -183,7 +196,7 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
         if paired is not None:
             baseline = paired_stage.baseline_of(directory / "baseline-results.json", paired.baseline_source,
                                                 run.run_id)
-            report, windows = paired_stage.judge(bp, paired, measured.stops)
+            report, windows = paired_stage.judge(bp, paired, measured.stops, summaries)
         else:
             baseline, windows = _baseline(wiring, bp, same_window), []
             family = stage.read_sequential(results_path).get("family")

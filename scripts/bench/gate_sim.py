@@ -698,8 +698,9 @@ def paired_plan(design: PairedDesign, noise: str, blueprint: Path) -> PairedPlan
     guarded = design.scenarios() if design.guard is not None and len(design.scenarios()) > 1 else []
     for scenario in guarded:
         for family in design.families:
-            checks.append(Check(f"{family} @ {scenario}", family, design.guard,
-                                {(s, c): 1.0 for s, c, _ in design.points if s == scenario}, kind="guard"))
+            checks.append(Check(f"{family} @ {scenario}", family, design.guard,      # the contract's weights, as
+                                {(s, c): weights[family][(s, c)]                 # paired_windows.checks gives
+                                 for s, c, _ in design.points if s == scenario}, kind="guard"))
     levels = Levels.of(design.alpha, design.looks, design.rho, len(checks))
     return PairedPlan(design, requests, rates, at_load, weights, tuple(checks), levels)
 

@@ -2,9 +2,12 @@
 ``pdlift status`` read it as any other), and its windows in words. Pure.
 
 What decides: the paired checks (``gate_paired.look``: contracts and guards, PASS within the
-margin, FAIL significantly beyond it) and, per point, the candidate's error rate against
-``gate.max_error_rate`` (a FAIL, as in the unpaired gate). A point whose load client saturated
-measured the client, not the colours: the gate cannot PASS on it.
+margin, FAIL significantly beyond it), per point the candidate's error rate against
+``gate.max_error_rate`` (a FAIL, as in the unpaired gate) and the candidate's ``gate.slo`` (the
+unpaired gate's SLO checks: a candidate as slow as the live colour is still held to them). A
+point whose load client saturated measured the client, not the colours, and a point where the
+colour it is compared with failed requests compared nothing: the gate cannot PASS on either.
+``gate.rules`` are the recorded path's (a recreate, a rolling update in place): not judged here.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import dataclass
 
 from blueprints.schema import GateSpec
 from tasks.planning.bench_judge import Verdict, fmt
-from tasks.planning.gate import GateReport, GateRow, PointStop
+from tasks.planning.gate import GateReport, GateRow, PointStop, evaluate_gate
 from tasks.planning.gate_paired import Check, Estimate, Levels, LookResult, Point, WindowSums, jackknife, look
+from tasks.planning.metrics import ScenarioSummary
 
 Windows = Mapping[str, Mapping[Point, Sequence[WindowSums]]]   # family -> point -> windows so far
 
@@ -74,16 +78,26 @@ def _health_rows(health: Mapping[Point, PointHealth], gate: GateSpec) -> list[Ga
     return rows
 
 
+def slo_rows(summaries: Sequence[ScenarioSummary], gate: GateSpec, seed: int = 0) -> list[GateRow]:
+    """The candidate's SLO checks, as the unpaired gate makes them (``gate.evaluate_gate``)."""
+    if not summaries or not any((gate.slo.ttft_ms, gate.slo.tpot_ms, gate.slo.e2e_ms)):
+        return []
+    # model_copy skips validation: a gate without rules judges the SLOs, errors and samples only.
+    report = evaluate_gate(summaries, None, gate.model_copy(update={"rules": []}), seed=seed)
+    return [r for r in report.rows if r.check == "slo"]
+
+
 def _where(row: GateRow) -> str:
     return row.reason if row.check.startswith("paired") else f"{row.scenario} @ concurrency {row.concurrency}: {row.reason}"
 
 
 def verdict(checks: Sequence[Check], windows: Windows, health: Mapping[Point, PointHealth], levels: Levels, k: int,
-            gate: GateSpec, stops: Sequence[PointStop] = (), baseline_source: str | None = None
-            ) -> tuple[Verdict | None, GateReport, LookResult]:
-    """The gate at look k (1-based): its outcome (None: go on measuring), the report, the look."""
+            gate: GateSpec, stops: Sequence[PointStop] = (), baseline_source: str | None = None,
+            summaries: Sequence[ScenarioSummary] = ()) -> tuple[Verdict | None, GateReport, LookResult]:
+    """The gate at look k (1-based): its outcome (None: go on measuring), the report, the look;
+    ``summaries``: the candidate's points so far, for its SLO checks."""
     result = look(checks, estimates(windows), levels, k)
-    rows = [_check_row(r) for r in result.results] + _health_rows(health, gate)
+    rows = [_check_row(r) for r in result.results] + _health_rows(health, gate) + slo_rows(summaries, gate)
     final = k >= len(levels.passing)
     fails = [r for r in rows if r.verdict is Verdict.FAIL]
     open_rows = [r for r in rows if r.verdict is not Verdict.PASS]

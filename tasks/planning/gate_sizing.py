@@ -150,8 +150,8 @@ def size_paired(bp: Blueprint) -> tuple[CheckSize, ...]:
         for c in scenario.concurrencies:
             entry = min(published, key=lambda e: abs(e.concurrency - c), default=None)
             cap = min(scenario.duration_s, budget_s)
-            if entry is None:
-                per_point[(name, c)] = (0, cap, f"no published figure for {name} to project its load from")
+            if entry is None:   # nothing to project from; the paired gate itself needs no figure
+                per_point[(name, c)] = (0, cap, None)
                 continue
             entries[(name, c)] = entry
             e2e = 1.0 / request_rate(scenario, 1, entry)
@@ -167,11 +167,15 @@ def size_paired(bp: Blueprint) -> tuple[CheckSize, ...]:
         cap_min = sum(per_point[p][1] for p in check.weights) / 60.0
         base = CheckSize(where, 0, f"{check.family}_mean (paired {check.kind})", check.margin, True, 0, cap_min,
                          None, None, None, None, None, False, "")
-        blocked = [per_point[p][2] for p in check.weights if per_point[p][2]] + [
-            f"no stated CV for {check.family} (baseline.cv.{check.family})" for p in check.weights
-            if p in entries and entries[p].cv.get(check.family) is None]
+        blocked = [per_point[p][2] for p in check.weights if per_point[p][2]]
         if blocked:
             out.append(replace(base, why=blocked[0]))
+            continue
+        unknown = [p for p in check.weights if p not in entries or entries[p].cv.get(check.family) is None]
+        if unknown:   # not sized, as a rule without a stated spread is not: the run itself decides
+            out.append(replace(base, decidable=True, why=f"{check.name} (paired {check.kind}): not sized: no "
+                                                         f"published {check.family} figure with its spread at "
+                                                         f"{unknown[0][0]} @ {unknown[0][1]} to project from"))
             continue
         var = 0.0
         for p, w in check.weights.items():

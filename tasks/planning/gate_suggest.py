@@ -52,7 +52,8 @@ class Suggestion:
         scenarios = "\n".join(f"#   {name}: duration_s: {d:.0f}" for name, d in self.duration_s.items())
         return (f"# benchmark.scenarios (each scenario's duration_s; {self.minutes:.1f} min of load in all):\n"
                 f"{scenarios}\ngate:\n  paired:\n    window_s: {self.spec.window_s:g}\n    looks: {self.spec.looks}\n"
-                f"    contracts: {{{contracts}}}\n    guard: {self.spec.guard}\n    weights:\n{weights}\n")
+                f"    spending: {self.spec.spending:g}\n    contracts: {{{contracts}}}\n"
+                f"    guard: {'null' if self.spec.guard is None else f'{self.spec.guard:g}'}\n    weights:\n{weights}\n")
 
 
 def suggest_gate(bp: Blueprint) -> Suggestion:
@@ -96,6 +97,11 @@ def suggest_gate(bp: Blueprint) -> Suggestion:
             short = True
         if not short:
             break
+    # A point stops at its request cap whatever its duration: a design past it cannot be run.
+    capped = [f"{point_key(p)} needs about {rate[p] * t:.0f} requests, over its max_requests "
+              f"{scenarios[p[0]].max_requests}" for p, t in seconds.items() if rate[p] * t > scenarios[p[0]].max_requests]
+    if capped:
+        raise ValueError("; ".join(capped) + ": raise benchmark.scenarios.*.max_requests")
     # A scenario's concurrencies share its duration_s: each runs the longest its points need.
     duration = {name: float(math.ceil(max(seconds[(name, c)] for c in scenarios[name].concurrencies)))
                 for name in scenarios}   # whole seconds, rounded up

@@ -67,7 +67,8 @@ def paired_default(bp, in_place: bool, same_window: str, target: str | None) -> 
     """What a benchmark run without an explicit pairing measures beside the candidate: the
     blueprint's ``baseline.endpoint`` (the service being replaced) when its gate is paired, and
     nothing for a rolling update in place, a same-window baseline or a ``--target`` measurement
-    (their baselines come otherwise)."""
+    (their baselines come otherwise). The benchmark task drops the endpoint once the deployment
+    was promoted (``tasks.benchmark._promoted_before``): the migration's cutover replaced it."""
     if bp.gate.paired is None or bp.baseline.endpoint is None or in_place or same_window or target:
         return ""
     return PAIRED_ENDPOINT

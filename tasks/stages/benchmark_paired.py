@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -92,23 +93,24 @@ def levels_of(bp: Blueprint) -> Levels:
     return Levels.of(1.0 - bp.gate.confidence, spec.looks, spec.spending, len(checks(spec, bp.benchmark)))
 
 
-def judge(bp: Blueprint, state: PairedState, stops: tuple[PointStop, ...] = ()) -> tuple[GateReport, list[str]]:
+def judge(bp: Blueprint, state: PairedState, stops: tuple[PointStop, ...] = (),
+          summaries: list[ScenarioSummary] = ()) -> tuple[GateReport, list[str]]:
     """The gate's report at the look the benchmark stopped at, and its windows in words."""
     levels = levels_of(bp)
-    outcome, report, result = _verdict(bp, state, levels, stops)
+    outcome, report, result = _verdict(bp, state, levels, stops, summaries)
     return report, windows_markdown(state.windows, result, levels, state.window_s, report.outcome)
 
 
-def _verdict(bp: Blueprint, state: PairedState, levels: Levels,
-             stops: tuple[PointStop, ...] = ()) -> tuple[Verdict | None, GateReport, LookResult]:
+def _verdict(bp: Blueprint, state: PairedState, levels: Levels, stops: tuple[PointStop, ...] = (),
+             summaries: list[ScenarioSummary] = ()) -> tuple[Verdict | None, GateReport, LookResult]:
     return verdict(checks(bp.gate.paired, bp.benchmark), state.windows, state.health, levels, state.look, bp.gate,
-                   stops, state.baseline_source)
+                   stops, state.baseline_source, summaries)
 
 
 def _specs(bp: Blueprint, candidate: str, baseline: str, run_id: str, scenario, concurrency: int,
-           k: int) -> tuple[LoadSpec, LoadSpec]:
+           k: int, nonce: int) -> tuple[LoadSpec, LoadSpec]:
     looks = bp.gate.paired.looks
-    seed = zlib.crc32(f"{run_id}/{scenario.name}/{concurrency}/{k}".encode())
+    seed = zlib.crc32(f"{run_id}/{scenario.name}/{concurrency}/{k}/{nonce}".encode())
     ours = LoadSpec(base_url=candidate.rstrip("/"), scenario=scenario.name, input_tokens=scenario.input_tokens,
                     output_tokens=scenario.output_tokens, concurrency=concurrency,
                     duration_s=scenario.duration_s / looks, max_requests=math.ceil(scenario.max_requests / looks),
@@ -140,10 +142,13 @@ def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory
     window_s: dict[Point, float] = {}
     notes: list[PointNote] = []
     state, outcome, done = None, None, 0
+    # New prompts every benchmark (both colours the same ones): a re-run after a redeploy must not
+    # meet its earlier prompts in the old service's prefix cache.
+    nonce = random.SystemRandom().randrange(1 << 30)
     for k in range(1, looks + 1):
         for scenario, concurrency in points:
             point = (scenario.name, concurrency)
-            ours, theirs = _specs(bp, candidate, baseline, run_id, scenario, concurrency, k - 1)
+            ours, theirs = _specs(bp, candidate, baseline, run_id, scenario, concurrency, k - 1, nonce)
             if progress:
                 progress(done, looks * len(points), ours)
             mine, other = load_pair(ours, theirs)
@@ -159,7 +164,8 @@ def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory
             runs.setdefault(point, []).append((mine, other))
             done += 1
         state = PairedState(k, windows, dict(window_s), _health(runs), baseline_source)
-        outcome, _, _ = _verdict(bp, state, levels)
+        ours = [_summary(bp, point, [m for m, _ in pair]) for point, pair in runs.items()]
+        outcome, _, _ = _verdict(bp, state, levels, (), ours)
         if outcome is not None:
             break
     if progress:

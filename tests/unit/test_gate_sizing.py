@@ -188,3 +188,20 @@ def test_the_suggested_gate_decides_and_no_point_can_give_up_load_without_breaki
         assert not all(c.decidable for c in applied(less)), name
     weights = suggestion.spec.weights["ttft"]
     assert all(w > 0 for w in weights.values()) and sum(weights.values()) == pytest.approx(1.0, abs=0.01)
+    from blueprints.schema import PairedGateSpec   # what it prints pastes into a blueprint as it is
+
+    assert PairedGateSpec(**yaml.safe_load(suggestion.yaml())["gate"]["paired"]) == suggestion.spec
+    capped = yaml.safe_load(REFERENCE.read_text())
+    capped["benchmark"]["scenarios"][2]["max_requests"] = 20
+    with pytest.raises(ValueError, match=r"isl-120k@8 needs about \d+ requests, over its max_requests 20"):
+        suggest_gate(parse_blueprint(yaml.safe_dump(capped)))
+
+
+def test_a_paired_gate_without_published_figures_is_not_sized_and_not_refused():
+    doc = _blueprint([{"metric": "ttft_mean", "max_ratio": 1.05, "report_only": True}])
+    doc["baseline"] = {"source": "the last promotion's recording"}
+    doc["gate"]["paired"] = {"window_s": 1, "looks": 3, "contracts": {"ttft": 1.05, "tpot": 1.05}}
+    paired = [c for c in _size(doc).checks if "paired" in c.metric]
+    assert len(paired) == 2 and all(c.decidable and c.se is None for c in paired)
+    assert {c.metric: "not sized: no published" in c.why for c in paired} == \
+        {"ttft_mean (paired contract)": True, "tpot_mean (paired contract)": True}

@@ -227,3 +227,50 @@ def test_a_candidate_at_the_margin_runs_every_look_and_ends_undecided(tmp_path):
     assert len(pair.calls) == 3 and state.look == 3 and measured.stops[0].reason == "cap"
     assert judge(bp, state, measured.stops)[0].outcome is Verdict.INCONCLUSIVE
     assert PairedState.from_dict(state.to_dict()) == state
+
+
+def test_a_candidate_as_slow_as_the_live_colour_is_still_held_to_the_slo(tmp_path):
+    doc = _benchmark({"a": [4]}, duration_s=30.0)
+    doc["gate"]["paired"] = {"window_s": 1.0, "looks": 3, "contracts": {"ttft": 1.1, "tpot": 1.1}}
+    doc["gate"]["slo"] = {"ttft_ms": 50}                 # both colours take about 100 ms to the first token
+    bp = load_blueprint_doc(doc)
+    measured = run_paired_benchmark(bp, "http://127.0.0.1:1", "http://127.0.0.1:2", tmp_path, "r1", DrawnPair(), "x")
+    from tasks.stages.benchmark import read_results
+
+    report, _ = judge(bp, read_paired(measured.results_path), measured.stops, read_results(measured.results_path))
+    assert report.outcome is Verdict.FAIL and measured.stops[0].rounds == 1
+    assert any(r.check == "slo" and r.verdict is Verdict.FAIL for r in report.rows)
+    assert all(r.verdict is Verdict.PASS for r in report.rows if r.check.startswith("paired"))   # equal colours
+
+
+@pytest.mark.parametrize("change, field, says", [
+    (lambda d: d["gate"]["paired"].update(weights={"ttft": {"a@4": 1.0}}), "gate.paired.weights.ttft",
+     "weights name some points but not a@8"),
+    (lambda d: d["gate"]["paired"].update(contracts={"ttft": 1.05}, weights={"tpot": {"a@4": 1.0, "a@8": 1.0}}),
+     "gate.paired.weights.tpot", "weights for tpot, which has no contract"),
+    (lambda d: d["benchmark"].update(mode="poisson"), "benchmark.mode", "one request stream"),
+    (lambda d: d["benchmark"].update(budget_minutes=0.3), "benchmark.budget_minutes",
+     "add up to 0.4 min of load, more than budget_minutes 0.3"),
+])
+def test_a_paired_gate_the_product_could_not_run_as_written_is_refused_naming_the_field(change, field, says):
+    doc = _benchmark({"a": [4, 8]})
+    doc["gate"]["paired"] = {"window_s": 1.0}
+    load_blueprint_doc(doc)                              # as it is: fine
+    change(doc)
+    with pytest.raises(BlueprintError) as refused:
+        load_blueprint_doc(doc)
+    assert field in str(refused.value) and says in str(refused.value), str(refused.value)
+
+
+def test_the_service_being_replaced_is_measured_only_until_the_first_promotion(tmp_path):
+    from types import SimpleNamespace
+
+    from tasks.benchmark import _promoted_before
+
+    pulled = []
+    wiring = SimpleNamespace(bp=SimpleNamespace(name="d"), state_root=tmp_path,
+                             state=SimpleNamespace(pull=lambda key: pulled.append(key)))
+    assert not _promoted_before(wiring) and pulled == ["baselines/d.json"]   # read from the shared store
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "d.json").write_text("{}")
+    assert _promoted_before(wiring)
