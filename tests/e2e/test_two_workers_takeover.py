@@ -387,8 +387,13 @@ def test_a_fleet_redeploy_killed_after_its_switch_moves_production_to_a_second_f
     assert second == fleet_swap.successor_run_id(f"{run_id}-f1")  # -f1 was the attempt without capacity
     assert "cut off after its switch" in logs and "settling which fleet stays" in logs
     assert "a second fleet, run" not in logs  # nothing was built again
-    # The candidate was judged beside the live colour, both under one request stream (gate.paired).
-    assert f"beside the live colour {live}, measured at once, one request stream to both" in first_logs
+    # The candidate was judged beside the live colour, both under one request stream (gate.paired):
+    # its results in the state store carry the windows both colours were cut into.
+    bench = S3Store(PROMOTED["state_uri"], s3_sandbox.client(), cache_root=tmp_path / "bench").pull(
+        f"runs/{ns}/{second}/bench")
+    paired = json.loads((bench / "results.json").read_text())["paired"]
+    assert paired["points"] and all(p["windows"]["ttft"] and p["baseline_requests"] for p in paired["points"])
+    assert (bench / "raw" / "isl-3k-c8-r0-baseline.json").exists()
     # Production moved to the candidate on the second fleet without a failed request.
     assert routing.selector(ns, ns)["pdlift.io/colour"] == candidate
     assert load.ok > 20 and load.failures == [], load.failures[:5]
