@@ -119,7 +119,9 @@ class EngineConfig:
     bootstrap_port: int = 0  # the KV bootstrap / side-channel port a prefill serves
     expect_prefill_pp: int = 1  # SGLang decode --disaggregation-prefill-pp
     spec_tokens: int = 0  # speculative decoding: tokens drafted per step (0: off)
-    api_key: str | None = None  # vLLM --api-key: /v1 routes need "Authorization: Bearer <key>"
+    # vLLM --api-key, else the VLLM_API_KEY environment variable (vllm/entrypoints/openai/cli_args.py,
+    # vllm/envs.py): /v1 routes need "Authorization: Bearer <key>" (api.py's bearer check)
+    api_key: str | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property

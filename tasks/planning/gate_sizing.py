@@ -96,8 +96,7 @@ def size_gate(bp: Blueprint) -> GateSize:
     for scenario, concurrency in points:
         # Every point's checks wait for min_samples blocks; one that never has them is never
         # judged, and its samples check keeps the whole gate from PASSing.
-        published = [e for e in (baseline.entries if baseline else ()) if e.scenario == scenario.name]
-        nearest = min(published, key=lambda e: abs(e.concurrency - concurrency), default=None)
+        nearest = nearest_entry(baseline, scenario.name, concurrency)
         projected = _projected_requests(scenario, concurrency, nearest, budget_s)
         if projected is not None and projected // concurrency < gate.min_samples:
             checks.append(CheckSize(scenario.name, concurrency, "completed", float(gate.min_samples), True, projected,
@@ -146,9 +145,8 @@ def size_paired(bp: Blueprint) -> tuple[CheckSize, ...]:
     per_point: dict[tuple[str, int], tuple[int, float, str | None]] = {}   # requests, cap s, why not
     entries: dict[tuple[str, int], object] = {}
     for name, scenario in scenarios.items():
-        published = [e for e in (baseline.entries if baseline else ()) if e.scenario == name]
         for c in scenario.concurrencies:
-            entry = min(published, key=lambda e: abs(e.concurrency - c), default=None)
+            entry = nearest_entry(baseline, name, c)
             cap = min(scenario.duration_s, budget_s)
             if entry is None:   # nothing to project from; the paired gate itself needs no figure
                 per_point[(name, c)] = (0, cap, None)
@@ -204,6 +202,13 @@ def _projected_requests(scenario, concurrency: int, entry, budget_s: float) -> i
     if entry is None:
         return None
     return max(1, min(scenario.max_requests, int(request_rate(scenario, concurrency, entry) * min(scenario.duration_s, budget_s))))
+
+
+def nearest_entry(baseline, scenario: str, concurrency: int):
+    """The published point of ``scenario`` nearest ``concurrency`` (None without one): the figures
+    a projection of that point's load starts from."""
+    published = [e for e in (baseline.entries if baseline else ()) if e.scenario == scenario]
+    return min(published, key=lambda e: abs(e.concurrency - concurrency), default=None)
 
 
 def request_rate(scenario, concurrency: int, entry) -> float:

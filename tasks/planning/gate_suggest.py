@@ -27,7 +27,7 @@ from blueprints.schema import Blueprint, PairedGateSpec
 from tasks.planning.bench_baseline import baseline_from_spec
 from tasks.planning.bench_stats import normal_quantile
 from tasks.planning.gate_paired import Levels, Point
-from tasks.planning.gate_sizing import POWER, request_rate
+from tasks.planning.gate_sizing import POWER, nearest_entry, request_rate
 from tasks.planning.paired_windows import REQUEST_TIMES, checks, point_key
 
 ROUNDS_OF_PASSES = 20     # each pass only adds load, and two suffice in practice
@@ -63,9 +63,8 @@ def suggest_gate(bp: Blueprint) -> Suggestion:
     rate: dict[Point, float] = {}
     cv: dict[tuple[str, Point], float] = {}
     for s in bp.benchmark.scenarios:
-        published = [e for e in (baseline.entries if baseline else ()) if e.scenario == s.name]
         for c in s.concurrencies:
-            entry = min(published, key=lambda e: abs(e.concurrency - c), default=None)
+            entry = nearest_entry(baseline, s.name, c)
             if entry is None:
                 raise ValueError(f"baseline.scenarios.{s.name}: no published figure to project its load from; "
                                  "publish one (with completed and cv) to size a gate for it")

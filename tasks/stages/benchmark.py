@@ -64,6 +64,14 @@ class PointNote:
     usage_missing: int
     raw_path: str
 
+    @classmethod
+    def of(cls, result: LoadResult, raw: Path) -> "PointNote":
+        spec = result.spec
+        return cls(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
+                   sum(1 for r in result.records if not r.completed), result.client_cpu_share,
+                   result.loop_lag_p99_s * 1000.0, result.saturated, result.saturation,
+                   result.input_lengths_exact, result.input_note, result.usage_missing, str(raw))
+
 
 @dataclass(frozen=True)
 class BenchmarkRun:
@@ -154,16 +162,13 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
         write_atomic(raw, raw_document(result, figures))
         runs = results.setdefault(rnd.point, [])
         runs.append((result, figures))
-        notes.append(PointNote(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
-                               sum(1 for r in result.records if not r.completed), result.client_cpu_share,
-                               result.loop_lag_p99_s * 1000.0, result.saturated, result.saturation,
-                               result.input_lengths_exact, result.input_note, result.usage_missing, str(raw)))
-        summary = _summary(bp, spec.scenario, spec.concurrency, runs) if schedule.sequential else None
+        notes.append(PointNote.of(result, raw))
+        summary = point_summary(bp, spec.scenario, spec.concurrency, runs) if schedule.sequential else None
         schedule.record(rnd, summary, result.duration_s)  # type: ignore[arg-type]
         done += 1
     if progress:
         progress(most, most, None)
-    summaries = [_summary(bp, scenario, concurrency, runs) for (scenario, concurrency), runs in results.items()]
+    summaries = [point_summary(bp, scenario, concurrency, runs) for (scenario, concurrency), runs in results.items()]
     results_path = directory / "results.json"
     sequential = {"seed": seed, "family": schedule.family} if schedule.sequential else None
     write_atomic(results_path, dumps_results(summaries, run_id=run_id, blueprint=bp.name,
@@ -172,8 +177,8 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
     return BenchmarkRun(target, str(directory), str(results_path), tuple(notes), schedule.stops)
 
 
-def _summary(bp: Blueprint, scenario: str, concurrency: int,
-             runs: list[tuple[LoadResult, ServerFigures | None]]) -> ScenarioSummary:
+def point_summary(bp: Blueprint, scenario: str, concurrency: int,
+                  runs: list[tuple[LoadResult, ServerFigures | None]]) -> ScenarioSummary:
     records = [r for run, _ in runs for r in run.records]
     durations = {run.spec.repeat: run.duration_s for run, _ in runs}
     summary = summarize(records, durations, bp.gate.slo, any(run.saturated for run, _ in runs),

@@ -35,9 +35,9 @@ from tasks.planning.bench_judge import Verdict
 from tasks.planning.gate import GateReport, PointStop
 from tasks.planning.gate_paired import Levels, LookResult, Point, WindowSums
 from tasks.planning.gate_paired_report import PointHealth, verdict, windows_markdown
-from tasks.planning.metrics import ScenarioSummary, summarize
+from tasks.planning.metrics import ScenarioSummary
 from tasks.planning.paired_windows import FAMILIES, Span, checks, split
-from tasks.stages.benchmark import BenchmarkRun, PointNote, Progress, raw_document
+from tasks.stages.benchmark import BenchmarkRun, PointNote, Progress, point_summary, raw_document
 
 LoadPair = Callable[[LoadSpec, LoadSpec], tuple[LoadResult, LoadResult]]
 
@@ -55,7 +55,7 @@ class PairedState:
     def to_dict(self) -> dict:
         return {"look": self.look, "baseline_source": self.baseline_source,
                 "points": [{"scenario": s, "concurrency": c, "window_s": self.window_s.get((s, c), 0.0),
-                            **{k: v for k, v in asdict(self.health[(s, c)]).items()},
+                            **asdict(self.health[(s, c)]),
                             "windows": {f: [list(asdict(w).values()) for w in self.windows[f].get((s, c), ())]
                                         for f in FAMILIES}}
                            for s, c in sorted(self.health)]}
@@ -120,14 +120,6 @@ def _specs(bp: Blueprint, candidate: str, baseline: str, run_id: str, scenario, 
     return ours, replace(ours, base_url=baseline.rstrip("/"), model=None)
 
 
-def _note(result: LoadResult, raw: Path) -> PointNote:
-    spec = result.spec
-    return PointNote(spec.scenario, spec.concurrency, spec.repeat, len(result.records),
-                     sum(1 for r in result.records if not r.completed), result.client_cpu_share,
-                     result.loop_lag_p99_s * 1000.0, result.saturated, result.saturation,
-                     result.input_lengths_exact, result.input_note, result.usage_missing, str(raw))
-
-
 def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory: Path, run_id: str,
                          load_pair: LoadPair, baseline_source: str, progress: Progress | None = None
                          ) -> BenchmarkRun:
@@ -155,7 +147,7 @@ def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory
             raw = directory / "raw" / f"{scenario.name}-c{concurrency}-r{k - 1}.json"
             write_atomic(raw, raw_document(mine, None))
             write_atomic(raw.with_name(raw.stem + "-baseline.json"), raw_document(other, None))
-            notes.append(_note(mine, raw))
+            notes.append(PointNote.of(mine, raw))
             cut = split(mine.records, Span.of(mine.records, mine.duration_s), other.records,
                         Span.of(other.records, other.duration_s), bp.gate.paired.window_s)
             for f in FAMILIES:
@@ -202,10 +194,7 @@ def _stops(runs, state: PairedState, outcome: Verdict | None, levels: Levels) ->
 
 
 def _summary(bp: Blueprint, point: Point, results: list[LoadResult]) -> ScenarioSummary:
-    records = [r for res in results for r in res.records]
-    durations = {res.spec.repeat: res.duration_s for res in results}
-    return summarize(records, durations, bp.gate.slo, any(res.saturated for res in results),
-                     scenario=point[0], concurrency=point[1])
+    return point_summary(bp, point[0], point[1], [(r, None) for r in results])
 
 
 def baseline_of(path: Path, source: str, run_id: str) -> Baseline:
