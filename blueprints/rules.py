@@ -191,7 +191,48 @@ def _benchmark_rules(bp: Blueprint) -> list[RuleViolation]:
             out.append(RuleViolation(("gate", "rules", i),
                                      f"rule for {r.metric} has no bound",
                                      "set max_ratio (latency) or min_ratio (throughput), or report_only: true"))
-    return out + _paired_rules(bp)
+    return out + _probe_rules(bp) + _paired_rules(bp)
+
+
+def _probe_points(bp: Blueprint) -> set[str]:
+    return {f"{s.name}@{c}" for s in bp.benchmark.scenarios if s.ttft_probe for c in s.concurrencies}
+
+
+def _uncounted_transfers(bp: Blueprint) -> tuple[str, str] | None:
+    """(why, fix) when nothing pdlift reads could count this stack's KV transfers; None when it can."""
+    if not bp.benchmark.server_metrics.enabled:
+        return ("needs the engines' transfer metrics to show its KV reached decode, and "
+                "benchmark.server_metrics is off", "set benchmark.server_metrics.enabled: true")
+    if bp.engine.name != "vllm":
+        return None
+    if bp.kv_transfer.connector == "mooncake":
+        # The nodes' EFA counters cannot stand in: under load they also count the prefill
+        # nodes' pipeline-parallel and the decode nodes' expert-parallel traffic.
+        return ("vLLM's MooncakeConnector exports no transfer metrics, so nothing could show its KV reached "
+                "decode (the nodes' EFA counters also count pipeline- and expert-parallel traffic)",
+                "use kv_transfer.connector: nixl (vllm:nixl_* metrics) or SGLang")
+    if bp.kv_transfer.nixl_mode == "push":
+        # vLLM's NixlPromMetrics observe a transfer where the KV is read (nixl/stats.py: the
+        # pulling decode); where NixlPushConnector observes its writes is not documented, so a
+        # count read on decode could be zero for every probe, or miss the prefill's.
+        return ("with kv_transfer.nixl_mode push, where vLLM counts its KV transfers is not documented, so "
+                "nothing pdlift reads could show the probe's KV reached decode",
+                "use kv_transfer.nixl_mode: pull (vllm:nixl_xfer_time_seconds on decode) or SGLang")
+    return None
+
+
+def _probe_rules(bp: Blueprint) -> list[RuleViolation]:
+    """A TTFT probe is judged only where the benchmark can see its KV transfers (the engines'
+    transfer metrics: server_metrics on, a connector that exports them). Refused here, before any
+    fleet is bought, rather than left "not judged" after its load: a probe that can never be judged
+    only adds load and an INCONCLUSIVE gate."""
+    uncounted = _uncounted_transfers(bp)
+    if uncounted is None:
+        return []
+    why, fix = uncounted
+    return [RuleViolation(("benchmark", "scenarios", i, "ttft_probe"), f"TTFT probe {s.name}: {why}",
+                          f"{fix}, or remove ttft_probe")
+            for i, s in enumerate(bp.benchmark.scenarios) if s.ttft_probe]
 
 
 def _paired_rules(bp: Blueprint) -> list[RuleViolation]:
@@ -201,20 +242,32 @@ def _paired_rules(bp: Blueprint) -> list[RuleViolation]:
     paired, out = bp.gate.paired, []
     if paired is None:
         return out
-    points = {f"{s.name}@{c}" for s in bp.benchmark.scenarios for c in s.concurrencies}
+    every = {f"{s.name}@{c}" for s in bp.benchmark.scenarios for c in s.concurrencies}
+    probes = _probe_points(bp)
     for family, named in paired.weights.items():
         where = ("gate", "paired", "weights", family)
+        # A TTFT probe's few tokens give no TPOT to speak of: it weighs in the TTFT contract only.
+        points = every if family == "ttft" else every - probes
         if family not in paired.contracts:
             out.append(RuleViolation(where, f"weights for {family}, which has no contract",
                                      f"add {family} to gate.paired.contracts or remove its weights"))
+        out.extend(RuleViolation(where + (key,), f"{key} is a TTFT probe: its {family} is not gated",
+                                 f"remove {key} from gate.paired.weights.{family}")
+                   for key in named if key in probes and key not in points)
         out.extend(RuleViolation(where + (key,), f"no benchmark point {key!r} to weigh",
                                  f"a point is scenario@concurrency, one of: {', '.join(sorted(points))}")
-                   for key in named if key not in points)
+                   for key in named if key not in every)
         missing = sorted(points - set(named))
         if named and missing:
             out.append(RuleViolation(where, f"weights name some points but not {', '.join(missing)}",
                                      "weigh every point or none (unnamed points would weigh 1 against the others' "
                                      "shares); `pdlift plan --suggest-gate` prints a full set"))
+    for family in paired.contracts:
+        if family != "ttft" and every and every <= probes:
+            out.append(RuleViolation(("gate", "paired", "contracts", family), f"every point is a TTFT probe, so the "
+                                     f"{family} contract has no point to judge",
+                                     f"remove {family} from gate.paired.contracts, or add a scenario without "
+                                     "ttft_probe"))
     if bp.benchmark.mode == "poisson":
         out.append(RuleViolation(("benchmark", "mode"), "a paired gate needs one request stream for both colours",
                                  "use mode: concurrency with gate.paired"))

@@ -225,6 +225,14 @@ class StagingSpec(Frozen):
     max_retries: Annotated[int, Field(ge=0)] = 8
 
 
+# A TTFT probe's completion: at least 2 tokens, because with PD disaggregation a 1-token request
+# may be answered by the prefill engine alone, its KV never sent to decode, so its TTFT would not
+# be the path production requests take (the benchmark checks the transfers happened); at most 16,
+# since past that the probe's point is lost (a few tokens already give about 11x the TTFT samples
+# per minute at 3k-token prompts, 2-3x at 60k-120k).
+PROBE_MIN_TOKENS, PROBE_MAX_TOKENS = 2, 16
+
+
 class Scenario(Frozen):
     name: Name
     input_tokens: PositiveInt
@@ -233,6 +241,23 @@ class Scenario(Frozen):
     duration_s: PositiveFloat
     max_requests: PositiveInt = 2000
     warmup_requests: Annotated[int, Field(ge=0)] = 4
+    # A TTFT probe: a point whose requests ask for a tiny completion, so many more TTFT samples fit
+    # in its minutes; the gate judges only its TTFT (and errors, samples), never TPOT or throughput,
+    # and only once the engines counted at least as many KV transfers as requests during it.
+    ttft_probe: bool = False
+
+    @model_validator(mode="after")
+    def _probe_output(self) -> "Scenario":
+        n = self.output_tokens
+        if self.ttft_probe and n < PROBE_MIN_TOKENS:
+            raise ValueError(f"output_tokens: a TTFT probe needs at least {PROBE_MIN_TOKENS} output tokens, got {n}: "
+                             "with PD disaggregation a 1-token request may be answered by the prefill engine alone, "
+                             "so no KV reaches decode and its TTFT is not production's; set output_tokens: 2")
+        if self.ttft_probe and n > PROBE_MAX_TOKENS:
+            raise ValueError(f"output_tokens: a TTFT probe asks for at most {PROBE_MAX_TOKENS} output tokens, got "
+                             f"{n} (its point is many short requests); set output_tokens between {PROBE_MIN_TOKENS} "
+                             f"and {PROBE_MAX_TOKENS}, or remove ttft_probe to gate this scenario's TPOT too")
+        return self
 
 
 class SloSpec(Frozen):

@@ -101,6 +101,10 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         baseline = baseline_from_spec(bp.baseline)
     else:
         baseline = loads_baseline(Path(args.baseline).read_text())
+    if args.aa_history:
+        from tasks.planning import aa_offsets
+        baseline = aa_offsets.with_between(baseline, aa_offsets.loads_history(Path(args.aa_history).read_text(),
+                                                                               args.aa_history))
     # A sequential benchmark decided its stops with its own seed and family: judge them the same way.
     sequential = bench.read_sequential(args.results)
     seed = args.seed if args.seed is not None else int(sequential.get("seed", 0))
@@ -159,6 +163,9 @@ def register(sub: argparse._SubParsersAction, handlers: dict) -> None:
     g.add_argument("--plot", help="also write the TTFT/TPOT plot to this PNG file")
     g.add_argument("--seed", type=int, default=None,
                    help="bootstrap seed (the verdict is deterministic per seed; default: the one the benchmark used, else 0)")
+    g.add_argument("--aa-history", help="the deployment's A/A history (<state>/aa-offsets/<deployment>.json): a "
+                                        "recorded baseline is judged with the between-session spread it shows, as "
+                                        "the benchmark stage judges it")
     handlers["gate"] = _cmd_gate
 
     r = sub.add_parser("rollback", help="delete a candidate colour (refused for the colour production routes to)")

@@ -21,7 +21,7 @@ from prefect.runtime import flow_run as prefect_flow_run
 
 from tasks.adapters.prefect_results import StateStoreResults
 from tasks.errors import ConfigError, PdliftError, StackNotReady
-from tasks.planning import notifications
+from tasks.planning import aa_offsets, notifications
 from tasks.planning.bench_report import report_to_dict, rows_for_table
 from tasks.planning.identity import artifact_key
 from tasks.planning.ledger import now_str
@@ -30,6 +30,7 @@ from tasks.planning.manifests.router import router_name
 from tasks.planning.promotion_decision import PAIRED_ENDPOINT
 from tasks.planning.records import GateVerdict
 from tasks.runs import Run
+from tasks.stages import aa_history
 from tasks.stages import benchmark as stage
 from tasks.stages import benchmark_paired as paired_stage
 from tasks.stages.benchmark_server import ServerMetrics
@@ -78,8 +79,33 @@ def _bench_folder(wiring: Wiring, run: Run, folder: str = "") -> Path:
 
 
 def _baseline(wiring: Wiring, bp, same_window: str = "") -> stage.Baseline:
+    """What the gate compares with; a recorded one measured in another session carries the
+    between-session spread the deployment's A/A history shows (``aa_history``)."""
     wiring.state.pull(same_window or stage.baseline_key(bp.name))
-    return stage.current_baseline(wiring.state_root, bp, same_window)
+    baseline = stage.current_baseline(wiring.state_root, bp, same_window)
+    if same_window or not baseline.build:
+        return baseline
+    wiring.state.pull(aa_history.aa_key(bp.name))
+    return aa_history.with_history(wiring.state_root, baseline)
+
+
+def _record_aa(wiring: Wiring, run: Run, colour: str, generation: str, summaries: list, baseline: stage.Baseline,
+               report, log) -> None:
+    """An unchanged build measured against its own recorded baseline: its offsets join the A/A
+    history the next gates read, unless ``aa_offsets.unfit`` says why not."""
+    try:
+        build = aa_history.measured_build(wiring.bp, wiring.kube, colour)
+    except PdliftError as e:
+        log.warning(f"A/A: could not read which build {colour} runs ({e}); no A/A offset recorded")
+        return
+    done, why = aa_history.record_offsets(wiring.state_root, wiring.bp, summaries, baseline, build,
+                                          f"{run.run_id}/{generation}", report, seed=zlib.crc32(run.run_id.encode()))
+    if why:
+        log.info(f"A/A: {colour} runs the baseline's own build {build}, but is not recorded as an A/A offset: {why}")
+    if done is not None:
+        wiring.state.push(aa_history.aa_key(wiring.bp.name))
+        log.info(f"A/A: {colour} runs the baseline's own build {build}: its offsets are recorded; "
+                 + aa_offsets.describe(aa_history.read_history(wiring.state_root, wiring.bp.name)))
 
 
 def ready_url(wiring: Wiring, service: str) -> str:
@@ -113,12 +139,16 @@ def _paired_with(wiring: Wiring, paired: str) -> tuple[str, str | None, str]:
     return endpoint.url, key, f"the service being replaced ({notifications.scrub_urls(endpoint.url)}), measured at once"
 
 
-def _paired_benchmark(wiring: Wiring, run: Run, url: str, paired: str, directory: Path, progress,
+def _paired_benchmark(wiring: Wiring, run: Run, colour: str, url: str, paired: str, directory: Path, progress,
                       log) -> stage.BenchmarkRun:
     other, key, what = _paired_with(wiring, paired)
     log.info(f"paired benchmark: the candidate at {url} beside {what}, one request stream to both")
+    # The candidate's engines, for its TTFT probes' KV transfers (none: no probe can be judged).
+    probes = any(s.ttft_probe for s in wiring.bp.benchmark.scenarios)
+    server = _server_metrics(wiring, colour, log) if probes else None
     measured = paired_stage.run_paired_benchmark(wiring.bp, url, other, directory, run.run_id,
-                                                 lambda a, b: wiring.load_pair(a, b, key), what, progress)
+                                                 lambda a, b: wiring.load_pair(a, b, key), what, progress,
+                                                 server=server.around if server else None)
     wiring.state.push(stage.bench_key(wiring.bp.name, run.run_id))
     for stop in measured.stops:
         log.info(f"{stop.scenario} @ {stop.concurrency}: {stop.rounds} round(s), {stop.load_s:.0f} s of load; "
@@ -150,7 +180,7 @@ def benchmark(run: Run, colour: str, target: str | None = None, generation: str 
                      "replaced; judged against the recorded baseline")
             paired = ""
         if paired:
-            return _paired_benchmark(wiring, run, url, paired, directory, progress, log)
+            return _paired_benchmark(wiring, run, colour, url, paired, directory, progress, log)
         server = _server_metrics(wiring, colour, log)
         # A sequential benchmark judges as it goes, against the baseline the gate will use.
         baseline = _baseline(wiring, bp, same_window) if bp.benchmark.sequential else None
@@ -202,6 +232,10 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
             family = stage.read_sequential(results_path).get("family")
             report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
                                  family=family)
+            if not same_window and baseline.build:
+                get_run_logger().info(f"judged against the recorded baseline of run {baseline.run_id}: "
+                                      + aa_offsets.describe(aa_history.read_history(wiring.state_root, bp.name)))
+                _record_aa(wiring, run, colour, generation, summaries, baseline, report, get_run_logger())
         # When, by which flow run and of which colour: `pdlift status` shows the latest verdict and
         # links to its run; the leak sweep knows which candidate a verdict was about.
         report_json = {**report_to_dict(report), "judged_at": now_str(dt.datetime.now(dt.timezone.utc)),

@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.errors import PdliftError
 from tasks.planning.records import Promotion, Retired
 from tasks.runs import Run
+from tasks.stages import aa_history
 from tasks.stages import benchmark as bench
 from tasks.stages import promote as stage
 from tasks.wiring import Wiring
@@ -29,7 +30,14 @@ def promote(run: Run, colour: str, results_path: str) -> Promotion:
         done = stage.promote(bp, colour, wiring.routing, wiring.engines)
         # The measurement may have been made by another worker: read it from the store.
         measured = wiring.state.pull(bench.bench_key(bp.name, run.run_id)) / Path(results_path).name
-        baseline = stage.record_baseline(wiring.state_root, bp, bench.read_results(measured), run.run_id, colour)
+        try:
+            build = aa_history.measured_build(bp, wiring.kube, colour)
+        except PdliftError as e:   # production already routes to the colour: the baseline is still recorded
+            get_run_logger().warning(f"{bp.name}: could not read which build {colour} runs ({e}); its baseline is "
+                                     "recorded without it, so the next redeploy is no A/A comparison")
+            build = ""
+        baseline = stage.record_baseline(wiring.state_root, bp, bench.read_results(measured), run.run_id, colour,
+                                         build=build)
         wiring.state.push(bench.baseline_key(bp.name))
         wiring.state.push(bench.baseline_key(bp.name).removesuffix(".json"))
     get_run_logger().info(f"{bp.name}: production now routes to {colour} (was {done.previous or 'none'}); "

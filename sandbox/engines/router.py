@@ -9,6 +9,13 @@
   decode engine waits for the KV through the bootstrap port; the client gets decode's stream.
 
 Both stamp ``X-Pdlift-Request-Start`` so the engines' deadlines absorb the router's hops.
+
+Whatever the client's ``max_tokens``, 1 included, the request goes through prefill *and* decode,
+so the KV is always transferred: vLLM's toy proxy sends the original request to decode after the
+1-token prefill call unconditionally (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``,
+``_handle_completions``), and SGLang's router sends every request to both at once. No router
+source found answers a 1-token request from prefill alone, so none is modelled here; pdlift's
+TTFT probes ask for at least 2 tokens anyway and check the transfers in the engines' metrics.
 """
 
 from __future__ import annotations

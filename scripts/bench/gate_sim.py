@@ -7,7 +7,11 @@ point measured as 3 repeats of a third of its cap: the fixed-length gate the ref
 it was sequential) from a latency model, run the real gate (``tasks.planning.gate.evaluate_gate``,
 the blueprint's rules and level), and count its verdicts over many comparisons. The baseline is a
 recorded run (its requests kept, as promotion records one), measured at another time than the
-candidate: this is the recorded-baseline path ("recorded"). ``--sequential`` runs
+candidate: this is the recorded-baseline path ("recorded"). Each session (a run) drifts by its own
+offset, so the recorded baseline comes with the A/A history the product would have read by then
+(``recorded_baseline``: ``--aa`` unchanged redeploys, default 8, each a fresh session against the
+one before; the product's ``aa_offsets`` pools them into the between-session spread the gate adds;
+``--aa 0``: no history, the sessions held equal as before it was kept). ``--sequential`` runs
 the candidate through the sequential gate as the benchmark stage does
 (``tasks.planning.gate_sequential.Schedule``: rounds, looks, early stops), against the same
 full-length baseline, beside the fixed gate on the same draw:
@@ -64,6 +68,7 @@ a model, from the request generator alone.
                                                [--paths recorded,paired]   # default: both
                                                [--minutes 19.3,6,17] [--windows 18] [--drain]   # paired design
                                                [--window-drift 0.02]  # paired: common drift per window
+                                               [--aa 8]               # recorded: A/A comparisons in the history
                                                [--ratios]             # each model's p99/p50, then exit
 
 The recorded-baseline path's line (the gate that ran: the fixed one, or the sequential one with
@@ -74,7 +79,8 @@ The recorded-baseline path's line (the gate that ran: the fixed one, or the sequ
 with P(PASS | equal), P(FAIL | TTFT +10%), P(FAIL | TPOT +10%), P(PASS | at the margin: the larger
 of ttft@margin and tpot@margin) as fractions of the draws, and minutes_p95 the 95th percentile of
 the minutes of candidate load a comparison spent (the largest over those cases; the fixed gate
-always spends its whole plan). A case not run reads ``n/a``. Under a model other than the default
+always spends its whole plan), then ``fail_twice_margin=F``: P(FAIL | twice the margin), the
+smaller of ttft@2margin and tpot@2margin (the power behind the margin the path affords). A case not run reads ``n/a``. Under a model other than the default
 the tag names it (``gate_sim[recorded,pessimistic]``); ``--noise both`` prints the pessimistic line
 first and the default's last. The paired path's lines come after the recorded path's, the last line
 of all its own under the default model:
@@ -111,6 +117,8 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 from blueprints.loader import load_blueprint  # noqa: E402
+from tasks.planning import aa_offsets  # noqa: E402
+from tasks.planning.aa_offsets import Comparison  # noqa: E402
 from tasks.planning.bench_baseline import baseline_from_summaries  # noqa: E402
 from blueprints.schema import SequentialSpec  # noqa: E402
 from tasks.planning.gate import Verdict, evaluate_gate, expected_points  # noqa: E402
@@ -133,6 +141,7 @@ class Case:
     ttft_tail: tuple[float, float] = (0.0, 1.0)   # (share of requests, factor)
     tpot_tail: tuple[float, float] = (0.0, 1.0)
     margin: str | None = None     # a critical rule's metric: the candidate sits exactly at its max_ratio
+    times: float = 1.0            # ... or this many times as far from 1 (2: twice the margin, a regression)
     scenario: str | None = None   # only this scenario's requests are changed (None: every scenario's)
 
     def at(self, scenario: str) -> "Case":
@@ -158,7 +167,7 @@ class Case:
         ratio = margin_ratio(gate, self.margin)
         if ratio is None:
             raise ValueError(f"{self.name}: the gate has no critical {self.margin} rule with a max_ratio")
-        return replace(self, **{self.margin.split("_")[0] + "_scale": ratio})
+        return replace(self, **{self.margin.split("_")[0] + "_scale": 1.0 + self.times * (ratio - 1.0)})
 
 
 def margin_ratio(gate, metric: str) -> float | None:
@@ -173,6 +182,9 @@ CASES = {c.name: c for c in (
     Case("tpot@margin", regression=False, margin="tpot_mean"),
     Case("ttft-tail", regression=True, ttft_tail=(0.10, 2.5)),
     Case("tpot-tail", regression=True, tpot_tail=(0.10, 3.0)),
+    # Twice the margin: the power the sizing promises (gate_sizing's P(FAIL | twice the margin)).
+    Case("ttft@2margin", regression=True, margin="ttft_mean", times=2.0),
+    Case("tpot@2margin", regression=True, margin="tpot_mean", times=2.0),
 )}
 
 
@@ -268,13 +280,17 @@ DEFAULT_NOISE = "public"
 NOISE = DEFAULT_NOISE
 
 
-def set_noise(model: str, sequential: dict | None = None, blueprint: Path | str | None = None) -> None:
-    """The process's latency model, sequential overrides and blueprint (a worker's initializer)."""
-    global NOISE, BLUEPRINT
+def set_noise(model: str, sequential: dict | None = None, blueprint: Path | str | None = None,
+              aa: int | None = None) -> None:
+    """The process's latency model, sequential overrides, blueprint and A/A history length (a
+    worker's initializer)."""
+    global NOISE, BLUEPRINT, AA_COMPARISONS
     NOISE = model
     SEQUENTIAL.update(sequential or {})
     if blueprint is not None:
         BLUEPRINT = Path(blueprint)
+    if aa is not None:
+        AA_COMPARISONS = aa
 
 
 def _latencies(rng: np.random.Generator, n: int, mean: float, family: str, block: int, drift: float | np.ndarray,
@@ -373,6 +389,25 @@ def _gate(bp, critical_only: bool):
     return bp.gate.model_copy(update={"rules": [r for r in bp.gate.rules if r.critical]}) if critical_only else bp.gate
 
 
+# Unchanged redeploys the deployment has measured against their baseline by the time of the gate
+# (two months of weekly redeploys); --aa. 0: no history, the two sessions held equal.
+AA_COMPARISONS = 8
+
+
+def recorded_baseline(bp, rng: np.random.Generator, duration_scale: float = 1.0):
+    """The baseline the recorded path judges against, as the product has it: a promoted run
+    (requests and windows kept, its build named) with the A/A history of ``AA_COMPARISONS``
+    unchanged redeploys before it, each a fresh session (with its own drift, ``_repeat``) measured
+    against the session before, their offsets read and pooled by the product's own
+    ``tasks.planning.aa_offsets``."""
+    sessions = [_run(bp, rng, CASES["equal"], duration_scale) for _ in range(AA_COMPARISONS + 1)]
+    history = [Comparison(f"aa{i}", "", "sim", f"session{i}", aa_offsets.offsets_of(
+        sessions[i + 1], baseline_from_summaries(sessions[i], source="simulated session", build="sim"), seed=i))
+        for i in range(AA_COMPARISONS)]
+    baseline = baseline_from_summaries(sessions[-1], source="simulated baseline", build="sim")
+    return aa_offsets.with_between(baseline, history)
+
+
 def compare(case_name: str, draw: int, seed: int, duration_scale: float = 1.0,
             critical_only: bool = False) -> tuple[str, float]:
     """One comparison: a fresh baseline run and a fresh candidate run through the real (fixed-length)
@@ -380,7 +415,7 @@ def compare(case_name: str, draw: int, seed: int, duration_scale: float = 1.0,
     bp = fixed_blueprint(_load(BLUEPRINT))
     case = CASES[case_name].on(bp.gate)
     rng = np.random.default_rng([seed, draw, zlib_of(case_name)])
-    baseline = baseline_from_summaries(_run(bp, rng, CASES["equal"], duration_scale), source="simulated baseline")
+    baseline = recorded_baseline(bp, rng, duration_scale)
     candidate = _run(bp, rng, case, duration_scale)
     report = evaluate_gate(candidate, baseline, _gate(bp, critical_only), expected=expected_points(bp.benchmark),
                            seed=draw)
@@ -423,7 +458,7 @@ def compare_sequential(case_name: str, draw: int, seed: int, critical_only: bool
     bp = fixed_blueprint(blueprint)
     case = CASES[case_name].on(bp.gate)
     rng = np.random.default_rng([seed, draw, zlib_of(case_name)])
-    baseline = baseline_from_summaries(_run(bp, rng, CASES["equal"]), source="simulated baseline")
+    baseline = recorded_baseline(bp, rng)
     gate = _gate(bp, critical_only)
     fixed = evaluate_gate(_run(bp, rng, case), baseline, gate, expected=expected_points(bp.benchmark),
                           seed=draw).outcome.value
@@ -444,7 +479,8 @@ def compare_sequential(case_name: str, draw: int, seed: int, critical_only: bool
 
 
 def _workers(workers: int):
-    return ProcessPoolExecutor(workers, initializer=set_noise, initargs=(NOISE, dict(SEQUENTIAL), BLUEPRINT))
+    return ProcessPoolExecutor(workers, initializer=set_noise,
+                               initargs=(NOISE, dict(SEQUENTIAL), BLUEPRINT, AA_COMPARISONS))
 
 
 def _minutes(minutes: np.ndarray) -> dict[str, float]:
@@ -635,7 +671,7 @@ def paired_case(name: str, design: PairedDesign = DESIGN_P45) -> Case:
     case = PAIRED_CASES[name]
     if case.margin is None:
         return case
-    return replace(case, **{case.margin.split("_")[0] + "_scale": design.margin})
+    return replace(case, **{case.margin.split("_")[0] + "_scale": 1.0 + case.times * (design.margin - 1.0)})
 
 
 def request_variance(noise: Noise, family: str, concurrency: int) -> float:
@@ -822,10 +858,12 @@ def headline(results: dict[str, dict[str, float]]) -> dict[str, float]:
         return results[case][verdict] if case in results else math.nan
 
     margins = [results[c]["PASS"] for c in ("ttft@margin", "tpot@margin") if c in results]
+    twice = [results[c]["FAIL"] for c in ("ttft@2margin", "tpot@2margin") if c in results]
     minutes = [results[c]["minutes_p95"] for c in HEADLINE_CASES if c in results]
     return {"pass_equal": rate("equal", "PASS"), "fail_ttft10": rate("ttft+10%", "FAIL"),
             "fail_tpot10": rate("tpot+10%", "FAIL"), "pass_at_margin": max(margins, default=math.nan),
-            "minutes_p95": max(minutes, default=math.nan)}
+            "minutes_p95": max(minutes, default=math.nan),
+            **({"fail_twice_margin": min(twice)} if twice else {})}
 
 
 def line(path: str, noise: str, figures: dict[str, float]) -> str:
@@ -909,6 +947,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="sequential: looks per point (default: the blueprint's)")
     parser.add_argument("--spending", type=float, help="sequential: rho of the spending function")
     parser.add_argument("--order", choices=("rounds", "points"), help="sequential: the order of the rounds")
+    parser.add_argument("--aa", type=int, default=AA_COMPARISONS,
+                        help="recorded: A/A comparisons (unchanged redeploys) in the history the gate reads "
+                             "its between-session spread from; 0: none, the sessions held equal")
     args = parser.parse_args(argv)
     if args.ratios:
         for name in NOISES:
@@ -918,11 +959,13 @@ def main(argv: list[str] | None = None) -> int:
     design = paired_design(args.minutes, args.windows, args.drain,
                            design_of_blueprint(args.blueprint) or DESIGN_P45)
     recorded_cases = [c for c in args.cases or available_cases(_load(args.blueprint)) if c in CASES]
-    paired_cases = args.cases or list(PAIRED_CASES)
+    # Twice the margin is the recorded path's question (what margin it affords); the paired line
+    # keeps the issue's five figures.
+    paired_cases = args.cases or [c for c in PAIRED_CASES if CASES.get(c, PAIRED_CASES[c]).times == 1.0]
     by_path: dict[str, list[str]] = {path: [] for path in args.paths}
     for noise in ("pessimistic", DEFAULT_NOISE) if args.noise == "both" else (args.noise,):
         set_noise(noise, {k: v for k, v in (("rounds", args.rounds), ("spending", args.spending),
-                                            ("order", args.order)) if v is not None}, args.blueprint)
+                                            ("order", args.order)) if v is not None}, args.blueprint, args.aa)
         r = tail_ratios(noise)
         print(f"noise {noise}: concurrency 1, one run: TTFT p99/p50 {r['ttft']:.3f}, TPOT p99/p50 {r['tpot']:.4f}")
         for path in args.paths:

@@ -12,7 +12,14 @@ samples they came from. It comes from one of two places:
     {"version": 1, "kind": "pdlift-baseline", "run_id": ..., "created_at": ..., "blueprint": ...,
      "source": ..., "scenarios": {name: [{"concurrency": c, "completed": n,
                                           "metrics": {metric: value}, "samples": {...}?,
-                                          "repeats": {metric: [value per repeat]}?}]}}
+                                          "repeats": {metric: [value per repeat]}?,
+                                          "windows": {metric: [mean per window]}?}]},
+     "build": the stack revision measured?}
+
+  ``windows``: a mean metric per window of the run (``bench_stats.window_means``, at least 12), so
+  a gate against it reads the run's own spread even where its samples are not kept; ``build``:
+  what was measured (the engines' revision label), so a later benchmark of the same build is an
+  A/A comparison (``tasks.planning.aa_offsets``).
 
   ITL samples are left out of baselines by default (a chunk gap per token: megabytes per point);
   an ``itl_*`` rule then compares the candidate's bootstrap interval with the baseline figure.
@@ -30,11 +37,14 @@ from dataclasses import asdict, dataclass, field, fields
 
 from blueprints.schema import BaselineSpec, Metric
 from tasks.errors import ConfigError
-from tasks.planning.metrics import Distribution, Samples, ScenarioSummary, metric_value
+from tasks.planning.bench_stats import window_means
+from tasks.planning.metrics import Distribution, Samples, ScenarioSummary, metric_value, split_metric
 
 BASELINE_VERSION = 1
 RESULTS_VERSION = 1
 ALL_METRICS: tuple[str, ...] = typing.get_args(Metric)
+# The metrics a recorded run keeps per window: the means of a per-request latency.
+WINDOWED = ("ttft_mean", "tpot_mean", "e2e_mean")
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,10 @@ class BaselineEntry:
     # Published figures' stated spread (BaselineSpec.cv): a metric family ("ttft", "tpot", "e2e")
     # -> one request's coefficient of variation; "run" -> a run-level figure's between runs.
     cv: Mapping[str, float] = field(default_factory=dict)
+    windows: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> mean per window
+    # metric -> (variance of log ratio, degrees of freedom) that sessions of one build differ by,
+    # from the deployment's A/A history (``aa_offsets.with_between``); never stored in the document.
+    between: Mapping[str, tuple[float, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class Baseline:
     run_id: str | None = None
     created_at: str | None = None
     blueprint: str | None = None
+    build: str | None = None      # the engines' revision label of what was measured (A/A comparisons)
     _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -89,7 +104,8 @@ def baseline_from_spec(spec: BaselineSpec) -> Baseline:
 
 def baseline_from_summaries(summaries: Iterable[ScenarioSummary], *, source: str, run_id: str | None = None,
                             created_at: str | None = None, blueprint: str | None = None,
-                            keep_samples: bool = True, keep_itl_samples: bool = False) -> Baseline:
+                            keep_samples: bool = True, keep_itl_samples: bool = False,
+                            build: str | None = None) -> Baseline:
     """A measured run as the next baseline (what promotion records)."""
     entries = []
     for s in summaries:
@@ -99,9 +115,12 @@ def baseline_from_summaries(summaries: Iterable[ScenarioSummary], *, source: str
             samples = Samples(ttft=samples.ttft, tpot=samples.tpot, itl=(), e2e=samples.e2e, block=samples.block)
         per_repeat = {m: values for m in figures
                       if len(values := tuple(v for r in s.repeats if (v := metric_value(r, m)) is not None)) > 1}
-        entries.append(BaselineEntry(s.scenario, s.concurrency, figures, s.completed, samples, per_repeat))
+        windows = {m: w for m in WINDOWED if m in figures and s.samples is not None
+                   and (w := window_means(s.samples.of(split_metric(m)[0]), s.samples.block))}  # type: ignore[index]
+        entries.append(BaselineEntry(s.scenario, s.concurrency, figures, s.completed, samples, per_repeat,
+                                     windows=windows))
     return Baseline(source=source, entries=tuple(entries), run_id=run_id, created_at=created_at,
-                    blueprint=blueprint)
+                    blueprint=blueprint, build=build)
 
 
 # --- JSON -------------------------------------------------------------------------------------
@@ -135,10 +154,13 @@ def baseline_to_dict(baseline: Baseline) -> dict:
             point["repeats"] = {m: list(v) for m, v in e.repeats.items()}
         if e.cv:
             point["cv"] = dict(e.cv)
+        if e.windows:
+            point["windows"] = {m: list(v) for m, v in e.windows.items()}
         scenarios.setdefault(e.scenario, []).append(point)
     return {"version": baseline.version, "kind": "pdlift-baseline", "run_id": baseline.run_id,
             "created_at": baseline.created_at, "blueprint": baseline.blueprint,
-            "source": baseline.source, "scenarios": scenarios}
+            "source": baseline.source, "scenarios": scenarios,
+            **({"build": baseline.build} if baseline.build else {})}
 
 
 def _check_version(data: object, kind: str, version: int) -> Mapping:
@@ -165,10 +187,11 @@ def baseline_from_dict(data: object) -> Baseline:
                     None if p.get("completed") is None else int(p["completed"]),
                     _samples_from_dict(p.get("samples")),
                     {str(m): tuple(float(x) for x in v) for m, v in (p.get("repeats") or {}).items()},
-                    {str(k): float(v) for k, v in (p.get("cv") or {}).items()}))
+                    {str(k): float(v) for k, v in (p.get("cv") or {}).items()},
+                    {str(m): tuple(float(x) for x in v) for m, v in (p.get("windows") or {}).items()}))
         return Baseline(source=str(doc.get("source") or "baseline document"), entries=tuple(entries),
                         version=doc["version"], run_id=doc.get("run_id"), created_at=doc.get("created_at"),
-                        blueprint=doc.get("blueprint"))
+                        blueprint=doc.get("blueprint"), build=doc.get("build"))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"baseline document is malformed: {e!r}; hint: it must be written by "
                           "`pdlift` (see tasks/planning/bench_baseline.py for the format)") from e

@@ -59,6 +59,26 @@ def statistic(values: Sequence[float], stat: str) -> float:
     return percentile_sorted(sorted(values), float(stat[1:]))
 
 
+# --- windows of one run -------------------------------------------------------------------------
+
+# A run is also kept as this many windows of its requests (consecutive in send order, whole time
+# blocks), each window's mean one figure: a later gate against it reads its spread from them, as
+# it reads repeats, when drift within the session spreads them wider than its bootstrap allows
+# (gate-decides.md: "record baselines as >= 12 windows, not 3 repeats").
+WINDOWS = 12
+
+
+def window_means(values: Sequence[float], block: int = 1, count: int = WINDOWS) -> tuple[float, ...]:
+    """The means of ``count`` consecutive windows of ``values`` (in send order), each a whole
+    number of ``block``-request time blocks; () when the run has fewer blocks than windows."""
+    block = max(1, int(block))
+    n_blocks = -(-len(values) // block)
+    if count < 2 or n_blocks < count:
+        return ()
+    edges = [min(len(values), (i * n_blocks // count) * block) for i in range(count + 1)]
+    return tuple(math.fsum(values[a:b]) / (b - a) for a, b in zip(edges, edges[1:]))
+
+
 # --- the time-block bootstrap -------------------------------------------------------------------
 
 
@@ -149,7 +169,7 @@ class RatioTest:
         return normal_sf(z) if self.df is None else t_sf(z, self.df)
 
 
-def _satterthwaite(*sides: tuple[float, float | None]) -> float | None:
+def satterthwaite(*sides: tuple[float, float | None]) -> float | None:
     """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, df or None
     for a bootstrap's, taken as exact); None when every side is a bootstrap's."""
     if all(df is None for _, df in sides):
@@ -206,12 +226,17 @@ class Figure:
 
 def bootstrap_ratio(candidate: Blocks, baseline: Blocks | Figure | float, stat: str, seed: int,
                     resamples: int = 1000, *, candidate_repeats: Sequence[float] = (),
-                    baseline_repeats: Sequence[float] = ()) -> RatioTest | None:
+                    baseline_repeats: Sequence[float] = (),
+                    between: tuple[float, float | None] | None = None) -> RatioTest | None:
     """stat(candidate) / stat(baseline), bootstrapped over time blocks (a published figure adds
     the variance it was measured with, ``Figure``). The two sides are resampled independently, so var(log ratio) is the sum
-    of theirs. ``*_repeats`` are each side's statistic per repeat: repeats drift (thermals,
-    neighbours, a different batch mix), which resampling requests within a run cannot see, so a
-    side whose repeats disagree more than its bootstrap allows takes their spread instead.
+    of theirs. ``*_repeats`` are each side's statistic per repeat (or per window of one run,
+    ``window_means``): repeats drift (thermals, neighbours, a different batch mix), which
+    resampling requests within a run cannot see, so a side whose repeats disagree more than its
+    bootstrap allows takes their spread instead. ``between``: the variance of log(ratio) that two
+    sessions of one build differ by beyond their own noise, and its degrees of freedom
+    (``tasks.planning.aa_offsets``: the A/A offsets of unchanged redeploys), added when the
+    baseline was measured in another session; nothing within one session can show it.
 
     None when the ratio is undefined (no candidate values, a zero or missing baseline, too few
     replicates with a defined statistic)."""
@@ -240,11 +265,16 @@ def bootstrap_ratio(candidate: Blocks, baseline: Blocks | Figure | float, stat: 
     method = (f"bootstrap of the {stat} ratio over {candidate.n_blocks} time blocks of {candidate.block} "
               f"request(s), against {side}")
     drifted = [who for who, (_, df) in (("candidate", cand), ("baseline", base)) if df is not None]
-    df = _satterthwaite(cand, base)
+    sides = (cand, base) + ((between,) if between is not None else ())
+    df = satterthwaite(*sides)
     if drifted:
-        method += (f"; the {' and '.join(drifted)}'s repeats spread wider, so their spread is used "
+        method += (f"; the {' and '.join(drifted)}'s repeats (or one run's windows) spread wider, so their spread is used "
                    f"(Student's t, {df:.3g} df)")
-    return RatioTest(cand_stat / base_stat, math.sqrt(cand[0] + base[0]), method, df)
+    if between is not None:
+        method += (f"; plus the offset between sessions of one build ({math.sqrt(between[0]):.2g} in log, "
+                   f"from {between[1]:.0f} A/A comparison(s))" if between[1] is not None else
+                   f"; plus the offset between sessions of one build ({math.sqrt(between[0]):.2g} in log)")
+    return RatioTest(cand_stat / base_stat, math.sqrt(sum(v for v, _ in sides)), method, df)
 
 
 # --- repeats: Student's t ------------------------------------------------------------------------
@@ -352,7 +382,7 @@ def repeats_ratio(candidate: Sequence[float], baseline: Sequence[float] | Figure
         if var_c is None:  # one candidate run: the stated between-run spread stands for it too
             se2, df = 2.0 * baseline.var_log, baseline.df
         else:
-            se2, df = var_c / len(cand) + baseline.var_log, _satterthwaite((var_c / len(cand), len(cand) - 1.0),
+            se2, df = var_c / len(cand) + baseline.var_log, satterthwaite((var_c / len(cand), len(cand) - 1.0),
                                                                           (baseline.var_log, baseline.df))
         where = "a published figure with its between-run spread"
         diff = mean_c - math.log(baseline.value)
@@ -364,7 +394,7 @@ def repeats_ratio(candidate: Sequence[float], baseline: Sequence[float] | Figure
         diff = mean_c - mean_b
         if var_c is not None and var_b is not None:       # Welch
             se2 = var_c / len(cand) + var_b / len(base)
-            df = _satterthwaite((var_c / len(cand), len(cand) - 1.0), (var_b / len(base), len(base) - 1.0))
+            df = satterthwaite((var_c / len(cand), len(cand) - 1.0), (var_b / len(base), len(base) - 1.0))
         elif var_c is not None or var_b is not None:      # one run on a side: one spread for both
             var, known = (var_c, len(cand)) if var_c is not None else (var_b, len(base))
             se2, df = var * (1.0 / len(cand) + 1.0 / len(base)), float(known - 1)  # type: ignore[operator]

@@ -47,6 +47,12 @@ statistic it is about (``tasks.planning.bench_stats``):
   (one run of a run-level figure), x within L.
 - INCONCLUSIVE: otherwise (too few samples or too much noise to tell either way).
 
+A TTFT probe's point (``Scenario.ttft_probe``, ``tasks.planning.ttft_probe``) is judged on its TTFT
+only: the error ceiling, min_samples, the SLO on TTFT and ratio rules on ``ttft_*``; every other
+rule and SLO is shown, not gated ("TTFT probe: <metric> not gated"). And only once the engines
+counted at least one KV transfer per completed request during it (a "transfer" check): short of
+that, its checks are INCONCLUSIVE as under rule 2, the error ceiling excepted.
+
 Outcome: FAIL if any gated critical check FAILs (error ceiling and SLOs are always critical).
 Otherwise INCONCLUSIVE if any gated check is not PASS, a non-critical FAIL included (a human
 decides, like Kayenta's marginal score). Otherwise PASS. Report-only rules, and rules without a
@@ -64,11 +70,13 @@ from blueprints.schema import BenchmarkSpec, GateRule, GateSpec
 from tasks.planning.bench_baseline import Baseline, BaselineEntry
 from tasks.planning.bench_judge import RATIO_RULE, Bound, Verdict, fmt, judge
 from tasks.planning.bench_stats import (Blocks, Figure, RatioTest, RepeatTest, bootstrap_ratio, holm, repeats_ratio,
-                                        t_test)
+                                        satterthwaite, t_test, window_means)
 from tasks.planning.metrics import Samples, ScenarioSummary, metric_value, split_metric
+from tasks.planning.ttft_probe import (Probes, judged_on_probe, not_gated, transfer_blocker, transfers_seen,
+                                       transfers_text)
 
-__all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "blocks_of", "describe_rules", "evaluate_gate",
-           "expected_points"]
+__all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "between_of", "blocks_of", "candidate_spread",
+           "describe_rules", "evaluate_gate", "expected_points", "recorded_spread"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,7 @@ class _Ctx:
     seed: int
     resamples: int
     looks: Looks | None = None
+    probes: Probes = Probes()
 
     def alpha(self, scenario: str, concurrency: int) -> float:
         if self.looks is None:
@@ -222,6 +231,43 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 
 def _per_repeat(s: ScenarioSummary, metric: str) -> tuple[float, ...]:
     return tuple(v for r in s.repeats if (v := metric_value(r, metric)) is not None)
+
+
+def _windows(samples: Samples | None, family: str, stat: str) -> tuple[float, ...]:
+    """A run's mean per window (``bench_stats.window_means``); none for a percentile (a window's
+    p99 is another statistic) or a family with several values per request (ITL gaps)."""
+    if samples is None or stat != "mean" or samples.counts_of(family):
+        return ()
+    return window_means(samples.of(family), samples.block)
+
+
+def _spread(repeats: Sequence[float], windows: Sequence[float]) -> tuple[float, ...]:
+    """What a side's spread between parts is read from: its repeats, or, one run, its windows."""
+    return tuple(repeats) if len(repeats) >= 2 else tuple(windows)
+
+
+def candidate_spread(s: ScenarioSummary, metric: str) -> tuple[float, ...]:
+    """The candidate's figures per repeat, or per window of its one run, that the gate reads its
+    spread from (``bootstrap_ratio``'s ``candidate_repeats``)."""
+    family, stat = split_metric(metric)  # type: ignore[misc]
+    return _spread(_per_repeat(s, metric), _windows(s.samples, family, stat))
+
+
+def recorded_spread(entry: BaselineEntry, metric: str) -> tuple[float, ...]:
+    """The same for a recorded baseline's point (its repeats, or its run's windows)."""
+    family, stat = split_metric(metric)  # type: ignore[misc]
+    return _spread(entry.repeats.get(metric, ()), entry.windows.get(metric, ()) or _windows(entry.samples, family, stat))
+
+
+def between_of(entry: BaselineEntry, metric: str) -> tuple[float, float | None] | None:
+    """The between-session variance a check of ``metric`` against ``entry`` carries: its family's
+    (a session's drift scales a family's latencies, its percentiles with its mean; ITL is the
+    decode step, TPOT's family)."""
+    parts = split_metric(metric)
+    if parts is None:
+        return None
+    family = "tpot" if parts[0] == "itl" else parts[0]
+    return entry.between.get(f"{family}_mean")
 
 
 def _blocks(samples: Samples | None, family: str) -> Blocks | None:
@@ -274,11 +320,15 @@ def _baseline_side(rule: GateRule, entry: BaselineEntry, family: str | None, sta
     cv = entry.cv.get("run" if family is None else family)
     if cv is not None and (family is None or entry.completed):
         return Figure.of(value, "run" if family is None else stat, cv, entry.completed or 1)
-    reps = [math.log(r) for r in entry.repeats.get(rule.metric, ()) if r > 0]
+    reps = [math.log(r) for r in _spread(entry.repeats.get(rule.metric, ()), entry.windows.get(rule.metric, ()))
+            if r > 0]
     if len(reps) >= 2:
         mean = math.fsum(reps) / len(reps)
-        return Figure(value, math.fsum((r - mean) ** 2 for r in reps) / (len(reps) - 1) / len(reps),
-                      float(len(reps) - 1))
+        within = math.fsum((r - mean) ** 2 for r in reps) / (len(reps) - 1) / len(reps)
+        between = between_of(entry, rule.metric)
+        if between is None:
+            return Figure(value, within, float(len(reps) - 1))
+        return Figure(value, within + between[0], satterthwaite((within, float(len(reps) - 1)), between))
     if not entry.cv and entry.completed is not None:   # recorded, without samples of this kind
         return (f"the recorded baseline kept no {family or rule.metric} samples and fewer than 2 repeats of "
                 f"{rule.metric}, so its figure's spread is unknown and it cannot be compared without holding "
@@ -308,9 +358,11 @@ def _ratio_check(s: ScenarioSummary, rule: GateRule, bound: Bound, entry: Baseli
     base = _baseline_side(rule, entry, family, stat)
     if isinstance(base, str):
         return replace(row, verdict=Verdict.INCONCLUSIVE, reason=base)
+    sampled = isinstance(base, Blocks)
     test = bootstrap_ratio(cand, base, stat, ctx.seed_for(s.scenario, s.concurrency, rule.metric, bound.limit),
-                           ctx.resamples, candidate_repeats=_per_repeat(s, rule.metric),
-                           baseline_repeats=entry.repeats.get(rule.metric, ()))
+                           ctx.resamples, candidate_repeats=candidate_spread(s, rule.metric),
+                           baseline_repeats=recorded_spread(entry, rule.metric) if sampled else (),
+                           between=between_of(entry, rule.metric) if sampled else None)
     return _pending(row, bound, row.ratio, test, conf)  # type: ignore[arg-type]
 
 
@@ -331,6 +383,8 @@ def _ratio_checks(s: ScenarioSummary, rule: GateRule, baseline: Baseline | None,
 
     if not bounds:
         return decided(None, "shown only: the rule sets no ratio")
+    if s.scenario in ctx.probes and not judged_on_probe(rule.metric):
+        return decided(None, not_gated(rule.metric), gated=False)
     if not scenario_covered:
         return decided(Verdict.INCONCLUSIVE, f"the baseline has no point for scenario {s.scenario}")
     if entry is None:
@@ -374,14 +428,32 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
     out.append(GateRow(s.scenario, s.concurrency, "client", "client", None, None, None, "not saturated",
                        Verdict.INCONCLUSIVE if s.client_saturated else Verdict.PASS,
                        blockers[-1] if s.client_saturated else "the load generator kept up"))
+    probe = s.scenario in ctx.probes
+    if probe:
+        out.append(_transfer_row(s, ctx.probes))
+        if out[-1].verdict is not Verdict.PASS:
+            blockers.append(out[-1].reason)
     blocker = "; ".join(blockers) or None
     for family in ("ttft", "tpot", "e2e"):
         limit = getattr(g.slo, f"{family}_ms")
-        if limit is not None:
+        if limit is not None and probe and not judged_on_probe(family):
+            out.append(GateRow(s.scenario, s.concurrency, f"{family}_mean", "slo", metric_value(s, f"{family}_mean"),
+                               None, None, Bound.slo(limit).text(), None, not_gated(f"{family}_mean"),
+                               critical=True, gated=False))
+        elif limit is not None:
             out.append(_slo_check(s, family, limit, blocker, ctx))
     for rule in g.rules:
         out.extend(_ratio_checks(s, rule, baseline, scenario_covered, blocker, ctx))
     return out
+
+
+def _transfer_row(s: ScenarioSummary, probes: Probes) -> GateRow:
+    """A TTFT probe's point: whether the engines counted at least as many KV transfers as it
+    completed requests (a floor: judged only if so)."""
+    reason = transfer_blocker(s, probes)
+    return GateRow(s.scenario, s.concurrency, "kv_transfers", "transfer", transfers_seen(s), None, None,
+                   "≥ completed requests", Verdict.INCONCLUSIVE if reason else Verdict.PASS,
+                   reason or transfers_text(s, probes), critical=True)
 
 
 def _decide(checks: list[GateRow | _Pending], ctx: _Ctx) -> tuple[list[GateRow], int]:
@@ -456,15 +528,16 @@ def _outcome(rows: Sequence[GateRow]) -> tuple[Verdict, tuple[str, ...]]:
 def evaluate_gate(candidate: Iterable[ScenarioSummary], baseline: Baseline | None, gate: GateSpec, *,
                   expected: Iterable[tuple[str, int]] | None = None, seed: int = 0,
                   resamples: int = 1000, looks: Looks | None = None,
-                  stops: Sequence[PointStop] = ()) -> GateReport:
+                  stops: Sequence[PointStop] = (), probes: Probes = Probes()) -> GateReport:
     """Judge the candidate's summaries (one per scenario and concurrency) against the baseline.
 
     ``expected`` (see ``expected_points``) lists the points the blueprint asked for; a missing
     one is INCONCLUSIVE. ``looks`` and ``stops``: a sequential gate's level per point and how
-    each point ended (``tasks.planning.gate_sequential``). The verdict is
+    each point ended (``tasks.planning.gate_sequential``). ``probes``: the benchmark's TTFT probes
+    (``ttft_probe.Probes.of(blueprint)``), judged on TTFT once their transfers are shown. The verdict is
     deterministic for a given ``seed``.
     """
-    ctx = _Ctx(gate, seed, resamples, looks)
+    ctx = _Ctx(gate, seed, resamples, looks, probes)
     summaries = sorted(candidate, key=lambda s: (s.scenario, s.concurrency))
     # A scenario the baseline covers at some concurrency: its other concurrencies are "not compared"
     # (SLOs and errors only), whichever points are judged together (a sequential look judges one).

@@ -8,6 +8,9 @@ unpaired gate's SLO checks: a candidate as slow as the live colour is still held
 point whose load client saturated measured the client, not the colours, and a point where the
 colour it is compared with failed requests compared nothing: the gate cannot PASS on either.
 ``gate.rules`` are the recorded path's (a recreate, a rolling update in place): not judged here.
+A TTFT probe's point weighs in the TTFT contract and guard only (``paired_windows.checks``), and
+only once its KV transfers are shown (``tasks.planning.ttft_probe``): until then its windows are
+left out, so every check it weighs in has no estimate, and a row says why.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tasks.planning.bench_judge import Verdict, fmt
 from tasks.planning.gate import GateReport, GateRow, PointStop, evaluate_gate
 from tasks.planning.gate_paired import Check, Estimate, Levels, LookResult, Point, WindowSums, jackknife, look
 from tasks.planning.metrics import ScenarioSummary
+from tasks.planning.ttft_probe import Probes, transfer_blocker, transfers_seen, transfers_text
 
 Windows = Mapping[str, Mapping[Point, Sequence[WindowSums]]]   # family -> point -> windows so far
 
@@ -78,13 +82,29 @@ def _health_rows(health: Mapping[Point, PointHealth], gate: GateSpec) -> list[Ga
     return rows
 
 
-def slo_rows(summaries: Sequence[ScenarioSummary], gate: GateSpec, seed: int = 0) -> list[GateRow]:
+def slo_rows(summaries: Sequence[ScenarioSummary], gate: GateSpec, seed: int = 0,
+             probes: Probes = Probes()) -> list[GateRow]:
     """The candidate's SLO checks, as the unpaired gate makes them (``gate.evaluate_gate``)."""
     if not summaries or not any((gate.slo.ttft_ms, gate.slo.tpot_ms, gate.slo.e2e_ms)):
         return []
     # model_copy skips validation: a gate without rules judges the SLOs, errors and samples only.
-    report = evaluate_gate(summaries, None, gate.model_copy(update={"rules": []}), seed=seed)
+    report = evaluate_gate(summaries, None, gate.model_copy(update={"rules": []}), seed=seed, probes=probes)
     return [r for r in report.rows if r.check == "slo"]
+
+
+def probe_rows(summaries: Sequence[ScenarioSummary], probes: Probes) -> tuple[list[GateRow], set[Point]]:
+    """Each probe point's transfer check, and the points whose transfers were not shown."""
+    rows, blocked = [], set()
+    for s in sorted(summaries, key=lambda s: (s.scenario, s.concurrency)):
+        if s.scenario not in probes:
+            continue
+        reason = transfer_blocker(s, probes)
+        if reason:
+            blocked.add((s.scenario, s.concurrency))
+        rows.append(GateRow(s.scenario, s.concurrency, "kv_transfers", "transfer", transfers_seen(s), None, None,
+                            "≥ completed requests", Verdict.INCONCLUSIVE if reason else Verdict.PASS,
+                            reason or transfers_text(s, probes), critical=True))
+    return rows, blocked
 
 
 def _where(row: GateRow) -> str:
@@ -93,14 +113,19 @@ def _where(row: GateRow) -> str:
 
 def verdict(checks: Sequence[Check], windows: Windows, health: Mapping[Point, PointHealth], levels: Levels, k: int,
             gate: GateSpec, stops: Sequence[PointStop] = (), baseline_source: str | None = None,
-            summaries: Sequence[ScenarioSummary] = ()) -> tuple[Verdict | None, GateReport, LookResult]:
+            summaries: Sequence[ScenarioSummary] = (), probes: Probes = Probes()
+            ) -> tuple[Verdict | None, GateReport, LookResult]:
     """The gate at look k (1-based): its outcome (None: go on measuring), the report, the look;
-    ``summaries``: the candidate's points so far, for its SLO checks."""
-    result = look(checks, estimates(windows), levels, k)
-    rows = [_check_row(r) for r in result.results] + _health_rows(health, gate) + slo_rows(summaries, gate)
+    ``summaries``: the candidate's points so far, for its SLO checks and its probes' transfers."""
+    transfers, blocked = probe_rows(summaries, probes)
+    judged = {family: {p: w for p, w in points.items() if p not in blocked} for family, points in windows.items()}
+    result = look(checks, estimates(judged), levels, k)
+    rows = ([_check_row(r) for r in result.results] + _health_rows(health, gate) + transfers
+            + slo_rows(summaries, gate, probes=probes))
     final = k >= len(levels.passing)
-    fails = [r for r in rows if r.verdict is Verdict.FAIL]
-    open_rows = [r for r in rows if r.verdict is not Verdict.PASS]
+    gated = [r for r in rows if r.gated]      # a probe's TPOT SLO is shown, not gated
+    fails = [r for r in gated if r.verdict is Verdict.FAIL]
+    open_rows = [r for r in gated if r.verdict is not Verdict.PASS]
     if fails:
         outcome, reasons = Verdict.FAIL, tuple(_where(r) for r in fails)
     elif not open_rows:

@@ -43,6 +43,7 @@ from tasks.planning.gate import GateReport, Looks, PointStop, Verdict, blocks_of
 from tasks.planning.bench_stats import betainc
 from tasks.planning.group_sequential import nominal_levels
 from tasks.planning.metrics import ScenarioSummary
+from tasks.planning.ttft_probe import Probes, judged_on_probe
 
 MIN_ROUNDS = 2
 
@@ -57,13 +58,21 @@ def levels(alpha: float, rounds: int, rho: float, first: int = MIN_ROUNDS) -> tu
 
 def critical_family(bench: BenchmarkSpec, gate: GateSpec, baseline: Baseline | None) -> int:
     """How many critical checks the benchmark could make: an SLO check per point and limit set,
-    and a check per bound of each gated critical rule at every point the baseline covers."""
-    slos = sum(getattr(gate.slo, f"{f}_ms") is not None for f in ("ttft", "tpot", "e2e"))
-    bounds = sum((r.max_ratio is not None) + (r.min_ratio is not None)
-                 for r in gate.rules if r.critical and not r.report_only)
+    and a check per bound of each gated critical rule at every point the baseline covers (a TTFT
+    probe's point: its TTFT ones only)."""
+    probes = {s.name for s in bench.scenarios if s.ttft_probe}
+
+    def slos(scenario: str) -> int:
+        return sum(getattr(gate.slo, f"{f}_ms") is not None and (scenario not in probes or judged_on_probe(f))
+                   for f in ("ttft", "tpot", "e2e"))
+
+    def bounds(scenario: str) -> int:
+        return sum((r.max_ratio is not None) + (r.min_ratio is not None) for r in gate.rules
+                   if r.critical and not r.report_only and (scenario not in probes or judged_on_probe(r.metric)))
+
     points = expected_points(bench)
-    covered = sum(1 for s, c in points if baseline is not None and baseline.lookup(s, c) is not None)
-    return max(1, len(points) * slos + covered * bounds)
+    covered = [s for s, c in points if baseline is not None and baseline.lookup(s, c) is not None]
+    return max(1, sum(slos(s) for s, _ in points) + sum(bounds(s) for s in covered))
 
 
 def looks_of(stops: tuple[PointStop, ...], family: int) -> Looks:
@@ -111,11 +120,11 @@ def errors_beyond(failed: int, requests: int, ceiling: float) -> float:
 
 
 def look(summary: ScenarioSummary, baseline: Baseline | None, gate: GateSpec, alpha: float, critical: float,
-         family: int, seed: int, final: bool) -> Look:
+         family: int, seed: int, final: bool, probes: Probes = Probes()) -> Look:
     """Judge one point on its rounds so far at this look's nominal levels."""
     point = (summary.scenario, summary.concurrency)
     report = evaluate_gate([summary], baseline, gate, seed=seed,
-                           looks=Looks({point: alpha}, {point: critical}, family))
+                           looks=Looks({point: alpha}, {point: critical}, family), probes=probes)
     gated = [r for r in report.rows if r.gated and r.verdict is not None]
     errors_clear = errors_beyond(summary.failed, summary.requests, gate.max_error_rate) < critical
 
@@ -143,6 +152,7 @@ class Schedule:
     gate: GateSpec
     baseline: Baseline | None
     seed: int = 0
+    probes: Probes = Probes()        # the TTFT probes (``tasks.planning.ttft_probe``), judged as the gate will
     _order: list[tuple[Scenario, int]] = field(init=False)
     _stops: dict[Point, PointStop] = field(init=False, default_factory=dict)
     _rounds: dict[Point, int] = field(init=False, default_factory=dict)
@@ -230,7 +240,7 @@ class Schedule:
         alpha, critical = self._alpha[point] = self._levels(k, first)
         if k < first and not final:
             return None
-        seen = look(summary, self.baseline, self.gate, alpha, critical, self.family, self.seed, final)
+        seen = look(summary, self.baseline, self.gate, alpha, critical, self.family, self.seed, final, self.probes)
         if seen.failed:
             self._stop(point, "decided", f"a critical check FAILed at round {k}")
             where = f"{point[0]} @ concurrency {point[1]}"

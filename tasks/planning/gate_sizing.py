@@ -20,7 +20,8 @@ A check is undecidable when the margin written needs more load than the point's 
 baseline publishes no figure for it (it is INCONCLUSIVE every time, so the gate never PASSes).
 What this leaves out, each making it optimistic: the time blocks (requests in flight together
 move together; the gate's bootstrap counts them), the drift between sessions (the old service
-measured another day: 0.02 per session in the study behind ``gate_paired``), and the
+measured another day: 0.02 per session in the study behind ``gate_paired``; against a recorded
+baseline the gate adds what the deployment's A/A history shows, ``aa_offsets``), and the
 group-sequential looks (about 15% more load than a single look). A rule on a run-level figure
 (a throughput) is not sized: its noise is between runs, which nothing states before a run.
 """
@@ -37,6 +38,7 @@ from tasks.planning.gate_paired import Levels
 from tasks.planning.metrics import split_metric
 from tasks.planning.paired_windows import checks as paired_checks
 from tasks.planning.paired_windows import windows_planned
+from tasks.planning.ttft_probe import judged_on_probe
 
 POWER = 0.90
 
@@ -87,9 +89,15 @@ def size_gate(bp: Blueprint) -> GateSize:
     points = [(s, c) for s in bench.scenarios for c in s.concurrencies]
     baseline = baseline_from_spec(bp.baseline) if bp.baseline.scenarios else None
     covered = [(s, c, e) for s, c in points if baseline and (e := baseline.lookup(s.name, c)) is not None]
-    m = max(1, sum(len([b for b in (r.max_ratio, r.min_ratio) if b is not None]) for r in rules) * len(covered))
-    m_critical = max(1, sum(len([b for b in (r.max_ratio, r.min_ratio) if b is not None])
-                            for r in rules if r.critical) * len(covered))
+
+    def gated(scenario) -> list:   # a TTFT probe's point is judged on TTFT only
+        return [r for r in rules if not scenario.ttft_probe or judged_on_probe(r.metric)]
+
+    def bounds(rule) -> int:
+        return (rule.max_ratio is not None) + (rule.min_ratio is not None)
+
+    m = max(1, sum(bounds(r) for s, _, _ in covered for r in gated(s)))
+    m_critical = max(1, sum(bounds(r) for s, _, _ in covered for r in gated(s) if r.critical))
     z_a, z_b = normal_quantile(1.0 - alpha), normal_quantile(POWER ** (1.0 / m))
     budget_s = bench.budget_minutes * 60.0 if bench.budget_minutes is not None else math.inf
     checks = []
@@ -107,7 +115,7 @@ def size_gate(bp: Blueprint) -> GateSize:
     for scenario, concurrency, entry in covered:
         rate, cap_s = request_rate(scenario, concurrency, entry), min(scenario.duration_s, budget_s)
         n = _projected_requests(scenario, concurrency, entry, budget_s)
-        for rule in rules:
+        for rule in gated(scenario):
             for r in (rule.max_ratio, rule.min_ratio):
                 if r is not None:
                     checks.append(_size(rule, r, scenario.name, concurrency, entry, n, rate, cap_s, z_a, z_b, alpha,

@@ -106,8 +106,9 @@ def suggest_gate(bp: Blueprint) -> Suggestion:
                 for name in scenarios}   # whole seconds, rounded up
     loaded = {(name, c): duration[name] for name in scenarios for c in scenarios[name].concurrencies}
     weights = {}
-    for family in spec.contracts:
-        info = {p: rate[p] * loaded[p] / cv[(family, p)] ** 2 for p in loaded}
+    for family, check in ((c.family, c) for c in made if c.kind == "contract"):
+        # The contract's own points: a TTFT probe's weigh in the TTFT contract only.
+        info = {p: rate[p] * loaded[p] / cv[(family, p)] ** 2 for p in loaded if p in check.weights}
         total = math.fsum(info.values())
         weights[family] = {point_key(p): float(f"{i / total:.3g}") for p, i in info.items()}   # never 0
     minutes = math.fsum(loaded.values()) / 60.0

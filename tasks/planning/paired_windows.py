@@ -101,11 +101,16 @@ def point_key(point: Point) -> str:
 def checks(spec: PairedGateSpec, benchmark: BenchmarkSpec) -> tuple[Check, ...]:
     """The contracts (each family over every point, weighted as the blueprint fixed) and, with
     ``spec.guard``, a guard per scenario and family over that scenario's points. A scenario with
-    one point and one scenario in all add nothing a contract does not check already."""
-    points = [(s.name, c) for s in benchmark.scenarios for c in s.concurrencies]
-    scenarios = list(dict.fromkeys(s for s, _ in points))
+    one point and one scenario in all add nothing a contract does not check already. A TTFT probe's
+    points (``Scenario.ttft_probe``) weigh in the TTFT contract and guard only: a few tokens give
+    no TPOT to speak of."""
     out: list[Check] = []
     for family, margin in spec.contracts.items():
+        points = [(s.name, c) for s in benchmark.scenarios if family == "ttft" or not s.ttft_probe
+                  for c in s.concurrencies]
+        if not points:
+            continue   # every point a probe: no contract for this family (validate refuses it)
+        scenarios = list(dict.fromkeys(s for s, _ in points))
         stated = spec.weights.get(family, {})
         weights = {p: stated.get(point_key(p), 1.0) for p in points}
         out.append(Check(family, family, margin, weights))

@@ -16,6 +16,10 @@ DCGM exporter are read before and after each point, and sampled during it:
 | spec_acceptance | ``vllm:spec_decode_num_accepted_tokens_total`` / ``..._num_draft_tokens_total`` (decode) | gauge ``sglang:spec_accept_rate`` (decode) |
 | prefill_gpu_util, decode_gpu_util | ``DCGM_FI_DEV_GPU_UTIL`` (%) of the role's GPUs | same |
 
+``kv_transfers`` is the count of transfers during the point (the transfer-time histogram's Δ_count,
+the denominator of ``kv_transfer_ms_mean``): a TTFT probe is judged only when it is at least the
+point's completed requests (``tasks.planning.ttft_probe``).
+
 Names and labels: docs/sources.md#engine-metrics and #dcgm-exporter. A figure is kept as a
 (numerator, denominator) pair, so repeats pool exactly (sums over sums); one that cannot be
 read says why in ``notes`` instead of showing a number.
@@ -34,6 +38,29 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 UNITS = {"prefill_queue_ms_mean": "ms", "decode_queue_ms_mean": "ms", "kv_transfer_ms_mean": "ms",
          "kv_transfer_mib_mean": "MiB", "spec_acceptance": "", "prefill_gpu_util": "%", "decode_gpu_util": "%"}
 _MIB = float(1 << 20)
+# Transfers counted during the point, kept as (count, 1): repeats pool to (all of them, repeats).
+TRANSFERS = "kv_transfers"
+
+
+@dataclass(frozen=True)
+class TransferCounter:
+    """Where a stack counts its KV transfers: a histogram observed once per transfer."""
+
+    role: str
+    histogram: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def count_name(self) -> str:
+        return self.histogram + "_count" + _labels_text(self.labels)
+
+
+def transfer_counter(engine: str, connector: str) -> TransferCounter | None:
+    """The histogram observing every KV transfer of ``engine`` with ``connector``; None where the
+    stack exports none (vLLM's MooncakeConnector)."""
+    if engine == "vllm":
+        return TransferCounter(DECODE, "vllm:nixl_xfer_time_seconds") if connector == "nixl" else None
+    return TransferCounter(PREFILL, "sglang:per_stage_req_latency_seconds", {"stage": "prefill_transfer_kv_cache"})
 
 
 @dataclass(frozen=True)
@@ -120,6 +147,18 @@ class _Reading:
         self._ratio(figure, None if total is None else total * scale, count, f"no {where}", where,
                     f"{where} observed nothing during the point")
 
+    def transfers(self, counter: TransferCounter) -> None:
+        """How many transfers the histogram observed during the point (0 is a reading: none happened)."""
+        b, a = self.before.engines.get(counter.role, ()), self.after.engines.get(counter.role, ())
+        count = _delta(b, a, counter.histogram + "_count", **counter.labels)
+        where = f"{counter.count_name} on the {counter.role} engines"
+        if count is None:
+            self.notes.append(f"{TRANSFERS}: no {where}")
+        elif count < 0:
+            self.notes.append(f"{TRANSFERS}: {where} went backwards (an engine restarted during the point)")
+        else:
+            self.values[TRANSFERS] = (count, 1.0)
+
     def counter_ratio(self, figure: str, role: str, numerator: str, denominator: str, absent: str) -> None:
         b, a = self.before.engines.get(role, ()), self.after.engines.get(role, ())
         self._ratio(figure, _delta(b, a, numerator), _delta(b, a, denominator), absent,
@@ -188,6 +227,8 @@ def figures(engine: str, connector: str, pods: Sequence[EnginePod], before: Snap
                          stage="prefill_transfer_kv_cache")
         r.gauge_mean("kv_transfer_mib_mean", PREFILL, "sglang:kv_transfer_total_mb",
                      "no sglang:kv_transfer_total_mb reading on the prefill engines (--enable-metrics?)")
+    if (counter := transfer_counter(engine, connector)) is not None:
+        r.transfers(counter)
     if engine == "vllm":
         r.counter_ratio("spec_acceptance", DECODE, "vllm:spec_decode_num_accepted_tokens_total",
                         "vllm:spec_decode_num_draft_tokens_total",

@@ -37,6 +37,7 @@ from tasks.planning.gate import GateReport, PointStop, evaluate_gate, expected_p
 from tasks.planning.gate_sequential import Round, Schedule, critical_family, looks_of
 from tasks.planning.metrics import ScenarioSummary, metric_value, summarize
 from tasks.planning.server_figures import UNITS, ServerFigures, pool
+from tasks.planning.ttft_probe import Probes
 from tasks.stages.benchmark_plot import plot_png
 
 RAW_VERSION = 1
@@ -149,7 +150,7 @@ def run_benchmark(bp: Blueprint, target: str, directory: Path, run_id: str, load
     full length, or, with ``benchmark.sequential``, rounds of each point until the gate can decide
     (judged against ``baseline`` with ``seed``, as the gate will) or ``budget_minutes`` is spent."""
     directory = Path(directory)
-    schedule = Schedule(bp.benchmark, bp.gate, baseline, seed)
+    schedule = Schedule(bp.benchmark, bp.gate, baseline, seed, Probes.of(bp))
     most = schedule.rounds * sum(len(s.concurrencies) for s in bp.benchmark.scenarios)
     results: dict[tuple[str, int], list[tuple[LoadResult, ServerFigures | None]]] = {}
     notes, done = [], 0
@@ -229,12 +230,13 @@ def current_baseline(state_dir: Path, bp: Blueprint, same_window: str = "") -> B
 
 def judge(bp: Blueprint, summaries: list[ScenarioSummary], baseline: Baseline, seed: int = 0,
           stops: tuple[PointStop, ...] = (), family: int | None = None) -> GateReport:
-    """The gate's verdict; a sequential benchmark's points at the level of the look where each stopped."""
+    """The gate's verdict; a sequential benchmark's points at the level of the look where each stopped;
+    a TTFT probe's point on its TTFT, once the engines showed its KV transfers (``tasks.planning.ttft_probe``)."""
     looks = None
     if bp.benchmark.sequential is not None and stops:  # results without stops were measured at full length
         looks = looks_of(stops, family or critical_family(bp.benchmark, bp.gate, baseline))
     return evaluate_gate(summaries, baseline, bp.gate, expected=expected_points(bp.benchmark), seed=seed,
-                         looks=looks, stops=stops)
+                         looks=looks, stops=stops, probes=Probes.of(bp))
 
 
 def _notes_markdown(notes: tuple[PointNote, ...]) -> list[str]:

@@ -37,7 +37,9 @@ from tasks.planning.gate_paired import Levels, LookResult, Point, WindowSums
 from tasks.planning.gate_paired_report import PointHealth, verdict, windows_markdown
 from tasks.planning.metrics import ScenarioSummary
 from tasks.planning.paired_windows import FAMILIES, Span, checks, split
-from tasks.stages.benchmark import BenchmarkRun, PointNote, Progress, point_summary, raw_document
+from tasks.planning.server_figures import ServerFigures
+from tasks.planning.ttft_probe import Probes
+from tasks.stages.benchmark import Around, BenchmarkRun, PointNote, Progress, point_summary, raw_document
 
 LoadPair = Callable[[LoadSpec, LoadSpec], tuple[LoadResult, LoadResult]]
 
@@ -104,7 +106,7 @@ def judge(bp: Blueprint, state: PairedState, stops: tuple[PointStop, ...] = (),
 def _verdict(bp: Blueprint, state: PairedState, levels: Levels, stops: tuple[PointStop, ...] = (),
              summaries: list[ScenarioSummary] = ()) -> tuple[Verdict | None, GateReport, LookResult]:
     return verdict(checks(bp.gate.paired, bp.benchmark), state.windows, state.health, levels, state.look, bp.gate,
-                   stops, state.baseline_source, summaries)
+                   stops, state.baseline_source, summaries, Probes.of(bp))
 
 
 def _specs(bp: Blueprint, candidate: str, baseline: str, run_id: str, scenario, concurrency: int,
@@ -121,15 +123,18 @@ def _specs(bp: Blueprint, candidate: str, baseline: str, run_id: str, scenario, 
 
 
 def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory: Path, run_id: str,
-                         load_pair: LoadPair, baseline_source: str, progress: Progress | None = None
-                         ) -> BenchmarkRun:
-    """Rounds of every point, both colours at once, until the paired gate decides or its last look."""
+                         load_pair: LoadPair, baseline_source: str, progress: Progress | None = None,
+                         server: Around | None = None) -> BenchmarkRun:
+    """Rounds of every point, both colours at once, until the paired gate decides or its last look;
+    ``server``: the candidate's engines, read around each round of a TTFT probe (judged only once
+    they show its KV transfers)."""
     if bp.gate.paired is None:
         raise ConfigError(f"{bp.name}: gate.paired is not set; a paired benchmark needs it")
     directory, levels = Path(directory), levels_of(bp)
     points = [(s, c) for s in bp.benchmark.scenarios for c in s.concurrencies]
     looks = bp.gate.paired.looks
     runs: dict[Point, list[tuple[LoadResult, LoadResult]]] = {}
+    figures: dict[Point, list[ServerFigures | None]] = {}
     windows: dict[str, dict[Point, tuple[WindowSums, ...]]] = {f: {} for f in FAMILIES}
     window_s: dict[Point, float] = {}
     notes: list[PointNote] = []
@@ -143,9 +148,11 @@ def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory
             ours, theirs = _specs(bp, candidate, baseline, run_id, scenario, concurrency, k - 1, nonce)
             if progress:
                 progress(done, looks * len(points), ours)
-            mine, other = load_pair(ours, theirs)
+            # A TTFT probe's round with the candidate's engines read around it: its KV transfers.
+            (mine, other), figs = (server(lambda: load_pair(ours, theirs)) if server and scenario.ttft_probe
+                                   else (load_pair(ours, theirs), None))
             raw = directory / "raw" / f"{scenario.name}-c{concurrency}-r{k - 1}.json"
-            write_atomic(raw, raw_document(mine, None))
+            write_atomic(raw, raw_document(mine, figs))
             write_atomic(raw.with_name(raw.stem + "-baseline.json"), raw_document(other, None))
             notes.append(PointNote.of(mine, raw))
             cut = split(mine.records, Span.of(mine.records, mine.duration_s), other.records,
@@ -154,16 +161,17 @@ def run_paired_benchmark(bp: Blueprint, candidate: str, baseline: str, directory
                 windows[f][point] = windows[f].get(point, ()) + cut.windows[f]
             window_s[point] = cut.window_s
             runs.setdefault(point, []).append((mine, other))
+            figures.setdefault(point, []).append(figs)
             done += 1
         state = PairedState(k, windows, dict(window_s), _health(runs), baseline_source)
-        ours = [_summary(bp, point, [m for m, _ in pair]) for point, pair in runs.items()]
+        ours = [_summary(bp, point, [m for m, _ in pair], figures[point]) for point, pair in runs.items()]
         outcome, _, _ = _verdict(bp, state, levels, (), ours)
         if outcome is not None:
             break
     if progress:
         progress(looks * len(points), looks * len(points), None)
     stops = _stops(runs, state, outcome, levels)
-    ours = [_summary(bp, point, [m for m, _ in pair]) for point, pair in runs.items()]
+    ours = [_summary(bp, point, [m for m, _ in pair], figures[point]) for point, pair in runs.items()]
     theirs = [_summary(bp, point, [o for _, o in pair]) for point, pair in runs.items()]
     results_path = directory / "results.json"
     write_atomic(directory / "baseline-results.json", dumps_results(theirs, run_id=run_id, blueprint=bp.name))
@@ -193,8 +201,9 @@ def _stops(runs, state: PairedState, outcome: Verdict | None, levels: Levels) ->
                            levels.failing[k - 1], note) for (s, c), pairs in runs.items())
 
 
-def _summary(bp: Blueprint, point: Point, results: list[LoadResult]) -> ScenarioSummary:
-    return point_summary(bp, point[0], point[1], [(r, None) for r in results])
+def _summary(bp: Blueprint, point: Point, results: list[LoadResult],
+             figures: list[ServerFigures | None] | None = None) -> ScenarioSummary:
+    return point_summary(bp, point[0], point[1], list(zip(results, figures or [None] * len(results))))
 
 
 def baseline_of(path: Path, source: str, run_id: str) -> Baseline:

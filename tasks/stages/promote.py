@@ -123,11 +123,13 @@ def retire_previous(bp: Blueprint, previous: str | None, promoted: str, routing:
 
 
 def record_baseline(state_dir: Path, bp: Blueprint, summaries: list[ScenarioSummary], run_id: str, colour: str,
-                    now: dt.datetime | None = None) -> Path:
-    """The promoted run becomes the baseline: the current document, plus a copy kept per version."""
+                    now: dt.datetime | None = None, build: str = "") -> Path:
+    """The promoted run becomes the baseline: the current document, plus a copy kept per version.
+    ``build``: the revision measured (``aa_history.measured_build``), so that a later benchmark of
+    the same build is an A/A comparison."""
     created = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     baseline = baseline_from_summaries(summaries, source=f"pdlift run {run_id} ({colour}), promoted",
-                                       run_id=run_id, created_at=created, blueprint=bp.name)
+                                       run_id=run_id, created_at=created, blueprint=bp.name, build=build or None)
     text = dumps_baseline(baseline)
     current = baseline_path(state_dir, bp.name)
     write_atomic(current.parent / bp.name / f"{created.replace(':', '')}-{run_id}.json", text)

@@ -9,6 +9,7 @@ restored and finished by the next run.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -130,6 +131,7 @@ def fleet(kube_sandbox, kube_client, tmp_path_factory, fleet_connector):
     from tasks.planning.manifests import render_production_service
     from tasks.planning.manifests.router import router_name
     from tasks.stages import benchmark as bench
+    from tasks.stages.aa_history import measured_build
     from tasks.stages.promote import record_baseline
 
     name = "rc" + uuid.uuid4().hex[:8]
@@ -152,7 +154,8 @@ def fleet(kube_sandbox, kube_client, tmp_path_factory, fleet_connector):
                      what="production's endpoints")
             url = _ready_url(fleet, name, router_name("blue"))
             measured = bench.run_benchmark(bp, url, bench.bench_dir(state, name, "blue"), "blue", run_load)
-            record_baseline(state, bp, bench.read_results(measured.results_path), "blue", "blue")
+            record_baseline(state, bp, bench.read_results(measured.results_path), "blue", "blue",
+                            build=measured_build(bp, fleet.kube, "blue"))
             yield fleet
         finally:
             fleet.cleanup()
@@ -223,6 +226,32 @@ def test_a_recreate_that_passes_moves_production_to_the_candidate_and_measures_i
     seen = probe.downtime_s()
     assert seen - 0.5 <= phases["downtime"] <= seen + 3.0, (seen, phases)
     assert probe.rows[-1][1] == 200
+    # An unchanged build measured against its own recorded baseline: its offsets are the
+    # deployment's first A/A comparison, and the baseline its promotion recorded names the build.
+    [comparison] = _aa_history(fleet)
+    assert comparison.baseline_run_id == "blue" and comparison.build == _recorded(fleet).build != ""
+    assert {"ttft_mean", "tpot_mean"} <= set(comparison.offsets)
+
+
+def _aa_history(fleet: Fleet):
+    from tasks.stages.aa_history import read_history
+    return read_history(fleet.directory / "state", fleet.blueprint.name)
+
+
+def _seed_aa_history(fleet: Fleet):
+    """One A/A comparison of the recorded build, as the passing recreate leaves (run alone)."""
+    from tasks.planning.aa_offsets import Comparison, dumps_history
+    from tasks.stages.aa_history import history_path
+    path = history_path(fleet.directory / "state", fleet.blueprint.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps_history([Comparison("seed/1", "2026-12-01T00:00:00Z", _recorded(fleet).build, "blue",
+                                              {"tpot_mean": {"x@1": (0.01, 0.0)}})]))
+    return _aa_history(fleet)
+
+
+def _recorded(fleet: Fleet):
+    from tasks.stages import benchmark as bench
+    return bench.current_baseline(fleet.directory / "state", fleet.blueprint)
 
 
 def test_a_candidate_image_the_nodes_cannot_pull_stops_the_recreate_before_production_goes_down(fleet):
@@ -255,6 +284,7 @@ def test_a_candidate_image_the_nodes_cannot_pull_stops_the_recreate_before_produ
 def test_a_slower_candidate_fails_the_gate_and_the_previous_version_is_restored(fleet):
     live = fleet.production_colour()
     candidate = "green" if live == "blue" else "blue"
+    before = _aa_history(fleet) or _seed_aa_history(fleet)
     fleet.engine_rules(candidate, latency={"tpot_scale": 1.4})
     try:
         with _probe(fleet) as probe, pytest.raises(BenchmarkBelowGate, match="tpot_mean"):
@@ -267,6 +297,12 @@ def test_a_slower_candidate_fails_the_gate_and_the_previous_version_is_restored(
         fleet.kube.get("v1", "Namespace", colour_namespace(bp, candidate))["metadata"].get("deletionTimestamp")
     assert _maintenance_gone(fleet)
     assert probe.statuses_while_down() == {503} and probe.rows[-1][1] == 200
+    # Judged with the between-session spread the A/A history shows; the same build FAILing is a
+    # fault, not drift: no A/A offset recorded.
+    report = json.loads((fleet.directory / "state" / "runs" / bp.name / fleet.run_id / "bench" / "gate.json")
+                        .read_text())
+    assert any("A/A comparison(s)" in r["method"] for r in report["rows"] if r["metric"] == "tpot_mean")
+    assert _aa_history(fleet) == before
 
 
 def _cut_off_after_removing_the_live_colour(fleet: Fleet):

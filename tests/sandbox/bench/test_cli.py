@@ -53,6 +53,20 @@ def test_pdlift_gate_judges_a_results_file_against_a_baseline_file(colour_stacks
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_pdlift_gate_judges_with_the_a_a_history_it_is_given(colour_stacks, blue_baseline, blue_results, tmp_path,
+                                                              capsys):
+    from tasks.planning.aa_offsets import Comparison, dumps_history
+    blueprint = colour_stacks.write_blueprint("gate-aa.yaml", gate={})
+    # Sessions of this build have differed by 20% either way: the same run cannot be shown within the rules.
+    history = tmp_path / "aa.json"
+    history.write_text(dumps_history([Comparison(f"r{i}", "", "b", "blue", {m: {"x@1": (0.2 * (-1) ** i, 0.0)}
+                                                                           for m in ("ttft_mean", "tpot_mean")})
+                                      for i in range(6)]))
+    assert main(["gate", str(blue_results), str(blue_baseline), "--blueprint", str(blueprint),
+                 "--aa-history", str(history), "--json"]) == 3
+    assert "from 6 A/A comparison(s)" in capsys.readouterr().out
+
+
 def test_pdlift_rollback_deletes_the_candidate_and_refuses_the_live_colour(candidate_env, capsys):
     stacks, bp = candidate_env, candidate_env.blueprint
     path = str(stacks.directory / "bp.yaml")

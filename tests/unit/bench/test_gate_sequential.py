@@ -373,11 +373,11 @@ def test_the_report_shows_how_each_point_was_decided():
 
 
 def test_a_variance_from_few_repeats_is_read_with_students_t():
-    from tasks.planning.bench_stats import RatioTest, _satterthwaite, normal_quantile, t_quantile
+    from tasks.planning.bench_stats import RatioTest, satterthwaite, normal_quantile, t_quantile
 
-    assert _satterthwaite((0.01, None), (0.0, None)) is None                    # bootstraps only: normal
-    assert _satterthwaite((0.01, 2.0), (0.0, None)) == pytest.approx(2.0)       # one side's 3 repeats
-    assert _satterthwaite((0.01, 2.0), (0.01, 2.0)) == pytest.approx(4.0)       # Welch-Satterthwaite
+    assert satterthwaite((0.01, None), (0.0, None)) is None                    # bootstraps only: normal
+    assert satterthwaite((0.01, 2.0), (0.0, None)) == pytest.approx(2.0)       # one side's 3 repeats
+    assert satterthwaite((0.01, 2.0), (0.01, 2.0)) == pytest.approx(4.0)       # Welch-Satterthwaite
     wide, narrow = RatioTest(1.0, 0.1, "m", df=2.0), RatioTest(1.0, 0.1, "m")
     assert wide.bounds(0.95)[1] == pytest.approx(math.exp(t_quantile(0.95, 2.0) * 0.1))
     assert narrow.bounds(0.95)[1] == pytest.approx(math.exp(normal_quantile(0.95) * 0.1))

@@ -200,3 +200,23 @@ def test_in_the_paired_path_common_drift_cancels_and_a_clear_regression_fails(mo
     for d in range(3):
         verdict, minutes, k = sim.compare_paired("ttft+30%", d, 3, drift=0.5)
         assert verdict == "FAIL" and k == 1 and math.isclose(minutes, sim.DESIGN_P45.cap_minutes / 3)
+
+
+def test_the_recorded_path_judges_against_a_baseline_with_the_a_a_history_the_product_would_have():
+    import numpy as np
+    sim = _sim()
+    bp = sim.fixed_blueprint(sim._load(sim.REFERENCE))
+    with_history = sim.recorded_baseline(bp, np.random.default_rng(1))
+    spread, df = with_history.entries[0].between["ttft_mean"]
+    assert with_history.build and spread > 0 and 1.0 <= df <= sim.AA_COMPARISONS
+    try:
+        sim.set_noise(sim.NOISE, aa=0)
+        assert sim.recorded_baseline(bp, np.random.default_rng(1)).entries[0].between == {}
+    finally:
+        sim.set_noise(sim.NOISE, aa=8)
+    # Twice the margin is a regression; its FAIL rate is the recorded line's last figure.
+    assert sim.CASES["tpot@2margin"].on(bp.gate).tpot_scale == pytest.approx(1.30)
+    figures = sim.headline({"equal": {"PASS": 0.9, "FAIL": 0.0, "minutes_p95": 44.5},
+                            "ttft@2margin": {"PASS": 0.0, "FAIL": 0.95, "minutes_p95": 44.5},
+                            "tpot@2margin": {"PASS": 0.0, "FAIL": 0.91, "minutes_p95": 44.5}})
+    assert sim.line("recorded", "public", figures).endswith(" minutes_p95=44.5 fail_twice_margin=0.910")

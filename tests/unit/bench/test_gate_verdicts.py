@@ -181,7 +181,7 @@ def test_a_slow_repeat_alone_does_not_fail_the_pooled_result():
     assert tpot.ratio > 1.10
     # ...but the repeats disagree far more than requests within one do, so their spread is the
     # noise, and against it the break is not significant.
-    assert "candidate's repeats spread wider" in tpot.method and tpot.p_value > 0.05
+    assert "candidate's repeats (or one run's windows) spread wider" in tpot.method and tpot.p_value > 0.05
     assert tpot.verdict is Verdict.INCONCLUSIVE
 
 
