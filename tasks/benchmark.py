@@ -29,6 +29,7 @@ from tasks.planning.manifests.common import stable_namespace
 from tasks.planning.manifests.router import router_name
 from tasks.planning.promotion_decision import PAIRED_ENDPOINT
 from tasks.planning.records import GateVerdict
+from tasks.planning.ttft_probe import Probes
 from tasks.runs import Run
 from tasks.stages import aa_history
 from tasks.stages import benchmark as stage
@@ -90,22 +91,22 @@ def _baseline(wiring: Wiring, bp, same_window: str = "") -> stage.Baseline:
 
 
 def _record_aa(wiring: Wiring, run: Run, colour: str, generation: str, summaries: list, baseline: stage.Baseline,
-               report, log) -> None:
+               report, history: list, log) -> None:
     """An unchanged build measured against its own recorded baseline: its offsets join the A/A
     history the next gates read, unless ``aa_offsets.unfit`` says why not."""
-    try:
-        build = aa_history.measured_build(wiring.bp, wiring.kube, colour)
-    except PdliftError as e:
-        log.warning(f"A/A: could not read which build {colour} runs ({e}); no A/A offset recorded")
+    build, unread = aa_history.read_build(wiring.bp, wiring.kube, colour)
+    if unread:
+        log.warning(f"A/A: could not read which build {colour} runs ({unread}); no A/A offset recorded")
         return
     done, why = aa_history.record_offsets(wiring.state_root, wiring.bp, summaries, baseline, build,
-                                          f"{run.run_id}/{generation}", report, seed=zlib.crc32(run.run_id.encode()))
+                                          f"{run.run_id}/{generation}", report, seed=zlib.crc32(run.run_id.encode()),
+                                          history=history)
     if why:
         log.info(f"A/A: {colour} runs the baseline's own build {build}, but is not recorded as an A/A offset: {why}")
     if done is not None:
         wiring.state.push(aa_history.aa_key(wiring.bp.name))
         log.info(f"A/A: {colour} runs the baseline's own build {build}: its offsets are recorded; "
-                 + aa_offsets.describe(aa_history.read_history(wiring.state_root, wiring.bp.name)))
+                 + aa_offsets.describe(aa_offsets.appended(history, done)))
 
 
 def ready_url(wiring: Wiring, service: str) -> str:
@@ -144,8 +145,7 @@ def _paired_benchmark(wiring: Wiring, run: Run, colour: str, url: str, paired: s
     other, key, what = _paired_with(wiring, paired)
     log.info(f"paired benchmark: the candidate at {url} beside {what}, one request stream to both")
     # The candidate's engines, for its TTFT probes' KV transfers (none: no probe can be judged).
-    probes = any(s.ttft_probe for s in wiring.bp.benchmark.scenarios)
-    server = _server_metrics(wiring, colour, log) if probes else None
+    server = _server_metrics(wiring, colour, log) if Probes.of(wiring.bp) else None
     measured = paired_stage.run_paired_benchmark(wiring.bp, url, other, directory, run.run_id,
                                                  lambda a, b: wiring.load_pair(a, b, key), what, progress,
                                                  server=server.around if server else None)
@@ -233,9 +233,10 @@ def gate(run: Run, colour: str, measured: stage.BenchmarkRun, generation: str = 
             report = stage.judge(bp, summaries, baseline, seed=zlib.crc32(run.run_id.encode()), stops=measured.stops,
                                  family=family)
             if not same_window and baseline.build:
+                history = aa_history.read_history(wiring.state_root, bp.name)   # pulled by _baseline
                 get_run_logger().info(f"judged against the recorded baseline of run {baseline.run_id}: "
-                                      + aa_offsets.describe(aa_history.read_history(wiring.state_root, bp.name)))
-                _record_aa(wiring, run, colour, generation, summaries, baseline, report, get_run_logger())
+                                      + aa_offsets.describe(history))
+                _record_aa(wiring, run, colour, generation, summaries, baseline, report, history, get_run_logger())
         # When, by which flow run and of which colour: `pdlift status` shows the latest verdict and
         # links to its run; the leak sweep knows which candidate a verdict was about.
         report_json = {**report_to_dict(report), "judged_at": now_str(dt.datetime.now(dt.timezone.utc)),

@@ -30,12 +30,10 @@ def promote(run: Run, colour: str, results_path: str) -> Promotion:
         done = stage.promote(bp, colour, wiring.routing, wiring.engines)
         # The measurement may have been made by another worker: read it from the store.
         measured = wiring.state.pull(bench.bench_key(bp.name, run.run_id)) / Path(results_path).name
-        try:
-            build = aa_history.measured_build(bp, wiring.kube, colour)
-        except PdliftError as e:   # production already routes to the colour: the baseline is still recorded
-            get_run_logger().warning(f"{bp.name}: could not read which build {colour} runs ({e}); its baseline is "
-                                     "recorded without it, so the next redeploy is no A/A comparison")
-            build = ""
+        build, unread = aa_history.read_build(bp, wiring.kube, colour)
+        if unread:   # production already routes to the colour: the baseline is still recorded
+            get_run_logger().warning(f"{bp.name}: could not read which build {colour} runs ({unread}); its baseline "
+                                     "is recorded without it, so the next redeploy is no A/A comparison")
         baseline = stage.record_baseline(wiring.state_root, bp, bench.read_results(measured), run.run_id, colour,
                                          build=build)
         wiring.state.push(bench.baseline_key(bp.name))

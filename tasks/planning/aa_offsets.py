@@ -37,11 +37,13 @@ revision label and the benchmark's points (``workload``): an A/A offset of other
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from blueprints.schema import Blueprint
 from tasks.errors import ConfigError
 from tasks.planning.bench_baseline import WINDOWED, Baseline
 from tasks.planning.bench_judge import Verdict
@@ -67,6 +69,20 @@ class Comparison:
     build: str
     baseline_run_id: str
     offsets: Mapping[str, Mapping[str, tuple[float, float]]]  # metric -> "scenario@c" -> (d, v)
+
+
+def workload(bp: Blueprint) -> str:
+    """A short hash of what the benchmark measures (its points, prompt and completion lengths,
+    mode): an offset between two benchmarks of other prompts is no A/A offset."""
+    points = [[s.name, s.input_tokens, s.output_tokens, s.concurrencies, s.ttft_probe] for s in bp.benchmark.scenarios]
+    return hashlib.sha256(json.dumps([points, bp.benchmark.mode]).encode()).hexdigest()[:8]
+
+
+def tightest_margin(bp: Blueprint) -> float | None:
+    """The log of the gate's tightest gated latency rule (an A/A offset that large is a fault)."""
+    ratios = [r.max_ratio for r in bp.gate.rules if r.max_ratio is not None and not r.report_only
+              and (split_metric(r.metric) or ("",))[0] in ("ttft", "tpot", "itl", "e2e")]
+    return math.log(min(ratios)) if ratios else None
 
 
 def is_aa(baseline: Baseline, build: str) -> bool:

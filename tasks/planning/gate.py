@@ -76,7 +76,7 @@ from tasks.planning.ttft_probe import (Probes, judged_on_probe, not_gated, trans
                                        transfers_text)
 
 __all__ = ["GateReport", "GateRow", "Looks", "PointStop", "Verdict", "between_of", "blocks_of", "candidate_spread",
-           "describe_rules", "evaluate_gate", "expected_points", "recorded_spread"]
+           "describe_rules", "evaluate_gate", "expected_points", "recorded_spread", "transfer_row"]
 
 
 @dataclass(frozen=True)
@@ -430,7 +430,7 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
                        blockers[-1] if s.client_saturated else "the load generator kept up"))
     probe = s.scenario in ctx.probes
     if probe:
-        out.append(_transfer_row(s, ctx.probes))
+        out.append(transfer_row(s, ctx.probes))
         if out[-1].verdict is not Verdict.PASS:
             blockers.append(out[-1].reason)
     blocker = "; ".join(blockers) or None
@@ -447,7 +447,7 @@ def _point_checks(s: ScenarioSummary, baseline: Baseline | None, scenario_covere
     return out
 
 
-def _transfer_row(s: ScenarioSummary, probes: Probes) -> GateRow:
+def transfer_row(s: ScenarioSummary, probes: Probes) -> GateRow:
     """A TTFT probe's point: whether the engines counted at least as many KV transfers as it
     completed requests (a floor: judged only if so)."""
     reason = transfer_blocker(s, probes)

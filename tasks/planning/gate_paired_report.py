@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from blueprints.schema import GateSpec
 from tasks.planning.bench_judge import Verdict, fmt
-from tasks.planning.gate import GateReport, GateRow, PointStop, evaluate_gate
+from tasks.planning.gate import GateReport, GateRow, PointStop, evaluate_gate, transfer_row
 from tasks.planning.gate_paired import Check, Estimate, Levels, LookResult, Point, WindowSums, jackknife, look
 from tasks.planning.metrics import ScenarioSummary
-from tasks.planning.ttft_probe import Probes, transfer_blocker, transfers_seen, transfers_text
+from tasks.planning.ttft_probe import Probes
 
 Windows = Mapping[str, Mapping[Point, Sequence[WindowSums]]]   # family -> point -> windows so far
 
@@ -98,12 +98,9 @@ def probe_rows(summaries: Sequence[ScenarioSummary], probes: Probes) -> tuple[li
     for s in sorted(summaries, key=lambda s: (s.scenario, s.concurrency)):
         if s.scenario not in probes:
             continue
-        reason = transfer_blocker(s, probes)
-        if reason:
+        rows.append(transfer_row(s, probes))
+        if rows[-1].verdict is not Verdict.PASS:
             blocked.add((s.scenario, s.concurrency))
-        rows.append(GateRow(s.scenario, s.concurrency, "kv_transfers", "transfer", transfers_seen(s), None, None,
-                            "≥ completed requests", Verdict.INCONCLUSIVE if reason else Verdict.PASS,
-                            reason or transfers_text(s, probes), critical=True))
     return rows, blocked
 
 

@@ -13,6 +13,7 @@ from tasks.errors import ConfigError
 from tasks.planning.bench_baseline import baseline_from_summaries
 from tasks.planning.gate import GateReport, Verdict
 from tasks.planning.manifests.common import REVISION_LABEL
+from tasks.planning import aa_offsets
 from tasks.stages import aa_history
 from tests.unit.bench.helpers import run
 
@@ -36,11 +37,11 @@ class Lws:
 
 def test_the_build_is_the_revision_both_roles_run_and_none_part_way_through_a_roll():
     assert aa_history.measured_build(BP, Lws({"prefill": "abc", "decode": "abc"}), "blue") == \
-        f"abc/{aa_history.workload(BP)}"
+        f"abc/{aa_offsets.workload(BP)}"
     # Other prompts under the same name measure another workload: no A/A comparison.
     longer = BP.model_copy(update={"benchmark": BP.benchmark.model_copy(update={"scenarios": [
         BP.benchmark.scenarios[0].model_copy(update={"input_tokens": BP.benchmark.scenarios[0].input_tokens + 1})]})})
-    assert aa_history.workload(longer) != aa_history.workload(BP)
+    assert aa_offsets.workload(longer) != aa_offsets.workload(BP)
     assert aa_history.measured_build(BP, Lws({"prefill": "abc", "decode": "def"}), "blue") == ""
     assert aa_history.measured_build(BP, Lws({"prefill": "abc"}), "blue") == ""
     assert aa_history.measured_build(BP, Lws({"prefill": "", "decode": ""}), "blue") == ""
